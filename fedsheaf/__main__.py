@@ -1,0 +1,5 @@
+import sys
+
+from fedsheaf.cli import main
+
+sys.exit(main())

@@ -1,0 +1,224 @@
+"""The shared loop of the decentralized (graph-coupled) algorithms.
+
+One instance runs on each rank and owns one agent. The loop is the local step
+of SPEC §2 without the sheaf parts::
+
+    for epoch:
+        for step:  loss = CE(private batch) + regulariser(epoch, step);  SGD step
+        end_epoch(epoch)
+        evaluate: private accuracy, and communication accuracy by sending test
+                  latents along every edge and decoding the neighbours' latents
+
+Subclasses override only what differs: :meth:`regulariser` (the cooperation
+term), :meth:`end_epoch` (e.g. map refresh), :meth:`prepare_transport` and
+:meth:`edge_map` (how latents cross an edge at evaluation).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from fedsheaf.config import ExperimentConfig, TrainConfig
+from fedsheaf.errors import FedsheafError
+from fedsheaf.graphs import Graph
+from fedsheaf.metrics import accuracy
+from fedsheaf.seeding import torch_generator
+
+
+class TrainingDiverged(FedsheafError):
+    """The loss became NaN or infinite."""
+
+
+class Exchange(Protocol):
+    """What an algorithm needs from the runtime's neighbourhood (see runtime.topology)."""
+
+    neighbours: list[int]
+
+    def exchange(self, mat: torch.Tensor, shapes: Any = None, device: Any = None) -> list[Any]: ...
+
+    def exchange_each(self, mats: Any, shapes: Any = None, device: Any = None) -> list[Any]: ...
+
+    def take_round_bytes(self) -> dict[int, int]: ...
+
+
+class Reporter(Protocol):
+    """Receives each rank's evaluation record (see fedsheaf.progress)."""
+
+    def epoch(self, record: dict[str, Any]) -> None: ...
+
+
+@dataclass
+class AgentData:
+    """One agent's tensors, already on its device."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    x_pilot: torch.Tensor
+    n_classes: int
+
+
+@dataclass
+class Agent:
+    """Everything one rank owns."""
+
+    id: int
+    cfg: ExperimentConfig
+    graph: Graph
+    data: AgentData
+    model: Any  # fedsheaf.models.encoders.AgentModel
+    device: torch.device
+    steps_per_epoch: int
+
+
+def build_optimizer(cfg: TrainConfig, params: Any) -> torch.optim.Optimizer:
+    """SGD (optionally Nesterov) or Adam, as configured."""
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(
+        params,
+        lr=cfg.lr,
+        momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay,
+        nesterov=cfg.optimizer == "nesterov" and cfg.momentum > 0,
+    )
+
+
+def epoch_batches(n: int, batch: int, steps: int, gen: torch.Generator) -> list[torch.Tensor]:
+    """``steps`` batches of indices into ``n`` samples, reshuffling on each pass.
+
+    Agents hold different amounts of data but take the same number of steps
+    per epoch (every step exchanges pilots); a smaller shard wraps around.
+    """
+    need = steps * batch
+    perm = torch.cat([torch.randperm(n, generator=gen) for _ in range(math.ceil(need / n))])
+    return [perm[s * batch : (s + 1) * batch] for s in range(steps)]
+
+
+class DecentralizedAlgorithm:
+    """Independent local training; subclasses add cooperation through hooks."""
+
+    name = "base"
+
+    def __init__(self, agent: Agent, nbr: Exchange, reporter: Reporter) -> None:
+        self.agent, self.nbr, self.reporter = agent, nbr, reporter
+        self.cfg = agent.cfg
+        self.model = agent.model
+        self.optimizer = build_optimizer(self.cfg.train, self.model.parameters())
+        self.is_head = {j: agent.graph.is_head(agent.id, j) for j in nbr.neighbours}
+
+    # ---- hooks -------------------------------------------------------------
+    def regulariser(self, epoch: int, step: int) -> torch.Tensor | None:
+        """Extra loss term of this step (None: independent training)."""
+        return None
+
+    def end_epoch(self, epoch: int) -> None:
+        """Called after the last step of every epoch."""
+
+    def prepare_transport(self) -> None:
+        """Called before communication accuracy is measured (e.g. fit post-hoc maps)."""
+
+    def to_edge_space(self, z: torch.Tensor) -> torch.Tensor:
+        """This agent's latents (n × d_i) as they are sent along edges."""
+        return z
+
+    def from_edge_space(self, z: torch.Tensor) -> torch.Tensor:
+        """Received, transported latents (n × d_i) as this agent's head expects them."""
+        return z
+
+    def edge_map(self, j: int) -> torch.Tensor:
+        """The map of edge {i, j} in head × tail shape."""
+        raise NotImplementedError
+
+    # ---- the loop ----------------------------------------------------------
+    def train_epoch(self, epoch: int) -> float:
+        a, tc = self.agent, self.cfg.train
+        self.model.train()
+        gen = torch_generator(self.cfg.seed, "batches", a.id, epoch)
+        total = 0.0
+        for step, idx in enumerate(
+            epoch_batches(len(a.data.y_train), tc.batch_size, a.steps_per_epoch, gen)
+        ):
+            idx = idx.to(a.device)
+            logits = self.model(a.data.x_train[idx])
+            loss = F.cross_entropy(logits, a.data.y_train[idx])
+            extra = self.regulariser(epoch, step)
+            if extra is not None:
+                loss = loss + extra
+            if not torch.isfinite(loss):
+                raise TrainingDiverged(
+                    f"agent {a.id}: loss became {loss.item()} at epoch "
+                    f"{epoch} step {step} (try a smaller train.lr or "
+                    "sheaf.lam)"
+                )
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if tc.clip is not None:
+                torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip)
+            self.optimizer.step()
+            total += float(loss.detach())
+        return total / a.steps_per_epoch
+
+    @torch.no_grad()
+    def latents(self, x: torch.Tensor, batch: int = 1024) -> torch.Tensor:
+        self.model.eval()
+        return torch.cat([self.model.encode(x[i : i + batch]) for i in range(0, len(x), batch)])
+
+    @torch.no_grad()
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        self.model.eval()
+        return self.model.decode(z)
+
+    @torch.no_grad()
+    def communication_accuracy(self, x: torch.Tensor, y: torch.Tensor) -> dict[int, float]:
+        """Eq. 22: decode every neighbour's transported latents, score on its labels."""
+        a = self.agent
+        z = self.to_edge_space(self.latents(x))
+        message = torch.cat([z, y.to(z.dtype).unsqueeze(1)], dim=1)
+        received = self.nbr.exchange(message, device=a.device)
+        out = {}
+        for j, m in zip(self.nbr.neighbours, received, strict=True):
+            zj, yj = m[:, :-1], m[:, -1].long()
+            v = self.edge_map(j)
+            mapped = zj @ v.T if self.is_head[j] else zj @ v
+            out[j] = accuracy(self.decode(self.from_edge_space(mapped)), yj)
+        return out
+
+    def evaluate(self) -> dict[str, Any]:
+        a, d = self.agent, self.agent.data
+        self.prepare_transport()
+        record: dict[str, Any] = {
+            "agent": a.id,
+            "dim": a.graph.dims[a.id],
+            "degree": len(self.nbr.neighbours),
+        }
+        for split, (x, y) in {"": (d.x_test, d.y_test), "_val": (d.x_val, d.y_val)}.items():
+            record[f"private_acc{split}"] = accuracy(self.decode(self.latents(x)), y)
+            comm = self.communication_accuracy(x, y)
+            record[f"comm_acc{split}"] = (sum(comm.values()) / len(comm)) if comm else float("nan")
+            record[f"comm_by_neighbour{split}"] = comm
+        return record
+
+    def run(self) -> None:
+        epochs, every = self.cfg.train.epochs, self.cfg.train.eval_every
+        for epoch in range(epochs):
+            start = time.perf_counter()
+            loss = self.train_epoch(epoch)
+            self.end_epoch(epoch)
+            seconds = time.perf_counter() - start
+            sent = sum(self.nbr.take_round_bytes().values())
+            record: dict[str, Any] = {"agent": self.agent.id}
+            if (epoch + 1) % every == 0 or epoch + 1 == epochs:
+                record = self.evaluate()
+                record["eval_bytes_sent"] = sum(self.nbr.take_round_bytes().values())
+            record.update(epoch=epoch + 1, loss=loss, seconds=seconds, bytes_sent=sent)
+            self.reporter.epoch(record)

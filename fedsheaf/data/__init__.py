@@ -1,0 +1,28 @@
+"""Data: image sources, partitions across agents/clients, batching, regression views.
+
+The data module knows nothing about MPI: every rank derives its own shard from
+the labels and the seed, identically.
+"""
+
+from fedsheaf.data.loaders import batches, n_batches
+from fedsheaf.data.partition import (
+    AgentShard,
+    ClientShard,
+    Partition,
+    fedrep_shards,
+    label_shift_partition,
+)
+from fedsheaf.data.sources import Dataset, dataset_shape, load_dataset
+
+__all__ = [
+    "AgentShard",
+    "ClientShard",
+    "Dataset",
+    "Partition",
+    "batches",
+    "dataset_shape",
+    "fedrep_shards",
+    "label_shift_partition",
+    "load_dataset",
+    "n_batches",
+]

@@ -1,0 +1,206 @@
+"""Image data sets as whole in-memory tensors.
+
+Every loader returns the complete split as one normalised float32 tensor
+``(N, C, H, W)`` plus int64 labels. Files come from a data root in torchvision's
+layout (``<root>/MNIST/raw/...``, ``<root>/cifar-10-batches-py/...``); they are
+downloaded only when ``download=True``. The "digits" set ships with
+scikit-learn and needs no files at all.
+
+Loaded splits are cached per process (keyed by name, resolved root and split),
+so the returned tensors are shared: treat them as read-only.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedsheaf.errors import DataError
+
+__all__ = ["DATASETS", "Dataset", "clear_cache", "dataset_shape", "load_dataset"]
+
+
+@dataclass
+class Dataset:
+    """One split of an image data set, fully in memory."""
+
+    name: str
+    x: torch.Tensor  # float32 (N, C, H, W), normalised
+    y: torch.Tensor  # int64 (N,)
+    n_classes: int
+
+
+@dataclass(frozen=True)
+class _Info:
+    shape: tuple[int, int, int]  # (C, H, W)
+    n_classes: int
+    mean: tuple[float, ...]  # per channel, on the [0, 1] pixel scale
+    std: tuple[float, ...]
+
+
+# Per-dataset normalisation constants (training-split statistics of [0, 1] pixels).
+_INFO: dict[str, _Info] = {
+    "digits": _Info((1, 8, 8), 10, (0.3053,), (0.3760,)),
+    "mnist": _Info((1, 28, 28), 10, (0.1307,), (0.3081,)),
+    "fashionmnist": _Info((1, 28, 28), 10, (0.2860,), (0.3530,)),
+    "cifar10": _Info((3, 32, 32), 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+}
+DATASETS: tuple[str, ...] = tuple(_INFO)
+_SPLITS = ("train", "test")
+
+# Files torchvision needs under the data root. Its dataset classes check the files
+# of both splits before loading either, so both are required.
+_IDX_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+_CIFAR_FILES = tuple(f"data_batch_{k}" for k in range(1, 6)) + ("test_batch", "batches.meta")
+_TV_FOLDER = {"mnist": "MNIST", "fashionmnist": "FashionMNIST"}
+
+# What torchvision raises for missing, corrupt or truncated files and failed downloads.
+_LOAD_ERRORS = (
+    RuntimeError,
+    OSError,
+    ValueError,
+    TypeError,
+    AssertionError,
+    EOFError,
+    pickle.UnpicklingError,
+)
+
+_CACHE: dict[tuple[str, str, str], Dataset] = {}
+
+
+def _canonical(name: str) -> str:
+    key = str(name).strip().lower().replace("-", "").replace("_", "")
+    if key not in _INFO:
+        raise DataError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
+    return key
+
+
+def dataset_shape(name: str) -> tuple[int, int, int, int]:
+    """Return ``(C, H, W, n_classes)`` of a data set without loading it."""
+    info = _INFO[_canonical(name)]
+    return (*info.shape, info.n_classes)
+
+
+def expected_files(name: str, root: str | Path, split: str = "train") -> list[Path]:
+    """Paths that must exist under ``root`` to load ``name``/``split`` offline.
+
+    torchvision checks the files of both splits whichever split is asked for, so
+    the list is the same for ``train`` and ``test``.
+    """
+    key = _canonical(name)
+    if split not in _SPLITS:
+        raise DataError(f"unknown split {split!r} for dataset {key!r}; valid: train, test")
+    root = Path(root)
+    if key == "digits":
+        return []
+    if key == "cifar10":
+        return [root / "cifar-10-batches-py" / f for f in _CIFAR_FILES]
+    return [root / _TV_FOLDER[key] / "raw" / f for f in _IDX_FILES]
+
+
+def clear_cache() -> None:
+    """Forget every loaded split (frees memory; the next load re-reads files)."""
+    _CACHE.clear()
+
+
+def load_dataset(
+    name: str, root: str | Path, split: str = "train", download: bool = False
+) -> Dataset:
+    """Load a whole split as normalised tensors.
+
+    Parameters
+    ----------
+    name:
+        ``digits``, ``mnist``, ``fashionmnist`` or ``cifar10`` (case-insensitive).
+    root:
+        Data root in torchvision's layout. Ignored for ``digits``.
+    split:
+        ``train`` or ``test``. ``digits`` has one split only: ``train`` is all
+        1,797 images and ``test`` raises :class:`DataError` (carve validation and
+        test sets out of it with a partition instead).
+    download:
+        Let torchvision fetch missing files. Without it, missing files raise a
+        :class:`DataError` that lists the exact paths expected.
+    """
+    key = _canonical(name)
+    if split not in _SPLITS:
+        raise DataError(f"unknown split {split!r} for dataset {key!r}; valid: train, test")
+    root_key = "" if key == "digits" else str(Path(root).expanduser().resolve())
+    cache_key = (key, root_key, split)
+    if cache_key not in _CACHE:
+        if key == "digits":
+            ds = _load_digits(split)
+        else:
+            ds = _load_torchvision(key, Path(root_key), split, download)
+        _CACHE[cache_key] = ds
+    return _CACHE[cache_key]
+
+
+def _normalise(x01: torch.Tensor, info: _Info) -> torch.Tensor:
+    mean = torch.tensor(info.mean, dtype=torch.float32).view(1, -1, 1, 1)
+    std = torch.tensor(info.std, dtype=torch.float32).view(1, -1, 1, 1)
+    return ((x01 - mean) / std).contiguous()
+
+
+def _load_digits(split: str) -> Dataset:
+    if split != "train":
+        raise DataError(
+            "dataset 'digits' has a single split: use split='train' (all 1,797 images) "
+            "and hold out validation/test samples with a partition"
+        )
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x01 = torch.from_numpy(np.asarray(bunch.images, dtype=np.float32) / 16.0).unsqueeze(1)
+    y = torch.from_numpy(np.asarray(bunch.target, dtype=np.int64))
+    info = _INFO["digits"]
+    return Dataset("digits", _normalise(x01, info), y, info.n_classes)
+
+
+def _missing_message(key: str, root: Path, split: str, missing: list[Path]) -> str:
+    files = ", ".join(str(p) for p in missing)
+    return (
+        f"dataset {key!r} ({split} split) not found under data root {root}: missing {files} "
+        f"(torchvision needs the files of both splits). "
+        f"Put the files there, or set data.download=true to fetch them."
+    )
+
+
+def _load_torchvision(key: str, root: Path, split: str, download: bool) -> Dataset:
+    from torchvision import datasets as tvd
+
+    info = _INFO[key]
+    if not download:
+        missing = [p for p in expected_files(key, root, split) if not p.is_file()]
+        if missing:
+            raise DataError(_missing_message(key, root, split, missing))
+    cls = {"mnist": tvd.MNIST, "fashionmnist": tvd.FashionMNIST, "cifar10": tvd.CIFAR10}[key]
+    try:
+        tv = cls(root=str(root), train=(split == "train"), download=download)
+    except _LOAD_ERRORS as exc:
+        raise DataError(
+            f"cannot load dataset {key!r} ({split} split) from data root {root}: {exc}. "
+            f"Expected files: {', '.join(str(p) for p in expected_files(key, root, split))}"
+        ) from None
+    data = tv.data
+    if isinstance(data, np.ndarray):  # CIFAR: uint8 (N, H, W, C)
+        x_u8 = torch.from_numpy(data).permute(0, 3, 1, 2)
+    else:  # MNIST family: uint8 tensor (N, H, W)
+        x_u8 = data.unsqueeze(1)
+    x01 = x_u8.to(torch.float32).div_(255.0)
+    y = torch.as_tensor(np.asarray(tv.targets), dtype=torch.int64).reshape(-1)
+    if x01.shape[1:] != info.shape or x01.shape[0] != y.shape[0]:
+        raise DataError(
+            f"dataset {key!r} under {root} has images of shape {tuple(x01.shape[1:])} and "
+            f"{y.shape[0]} labels for {x01.shape[0]} images; expected {info.shape}"
+        )
+    return Dataset(key, _normalise(x01, info), y, info.n_classes)

@@ -1,0 +1,23 @@
+"""User-facing errors.
+
+Every error a user can cause (bad config, bad graph file, wrong rank count,
+missing data) is raised as a :class:`FedsheafError` subclass. The CLI and the
+MPI runtime print these as one readable line and exit with status 2, without a
+traceback; any other exception is a bug and aborts the whole MPI job.
+"""
+
+
+class FedsheafError(Exception):
+    """Base class of errors caused by user input."""
+
+
+class ConfigError(FedsheafError):
+    """An experiment configuration is malformed or out of range."""
+
+
+class GraphError(FedsheafError):
+    """A graph file or graph object is invalid for the requested run."""
+
+
+class DataError(FedsheafError):
+    """A data set is missing, malformed or cannot be partitioned as asked."""

@@ -1,0 +1,96 @@
+"""Build one agent of a decentralized run from its config (no MPI here).
+
+Every rank calls these with its own rank id; the partition is a deterministic
+function of the seed, so each rank derives its own shard without any data
+travelling over MPI.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from fedsheaf.algorithms.base import AgentData
+from fedsheaf.config import ExperimentConfig
+from fedsheaf.data.partition import Partition, label_shift_partition
+from fedsheaf.data.sources import Dataset, load_dataset
+from fedsheaf.errors import ConfigError
+from fedsheaf.graphs import Graph, load_graph, validate_for_world
+from fedsheaf.models.encoders import AgentModel, build_agent_model
+from fedsheaf.seeding import derive_seed
+
+
+def build_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:
+    """Load the graph file and check it against the config and the rank count."""
+    graph = load_graph(cfg.graph)
+    validate_for_world(graph, n_ranks)
+    if len(cfg.agents) != graph.n:
+        raise ConfigError(
+            f"config lists {len(cfg.agents)} agents but graph {cfg.graph} has {graph.n} nodes"
+        )
+    for i, agent in enumerate(cfg.agents):
+        if agent.dim != graph.dims[i]:
+            raise ConfigError(
+                f"agents[{i}] has latent dimension {agent.dim} (last encoder width)"
+                f" but graph {cfg.graph} gives node {i} dim {graph.dims[i]}"
+            )
+    return graph
+
+
+def load_and_partition(cfg: ExperimentConfig) -> tuple[Dataset, Partition]:
+    """The global data set T and its label-shift partition (identical on every rank)."""
+    dc = cfg.data
+    ds = load_dataset(dc.dataset, dc.root, dc.split, dc.download)
+    if dc.limit is not None and dc.limit < len(ds.y):
+        ds = Dataset(ds.name, ds.x[: dc.limit], ds.y[: dc.limit], ds.n_classes)
+    part = label_shift_partition(
+        ds.y.numpy(),
+        [a.classes for a in cfg.agents],
+        dc.shift,
+        derive_seed(cfg.seed, "partition"),
+        dc.pilot_fraction,
+        n_classes=ds.n_classes,
+    )
+    return ds, part
+
+
+def steps_per_epoch(cfg: ExperimentConfig, part: Partition) -> int:
+    """Common step count: the largest shard's batches (smaller shards wrap around)."""
+    if cfg.train.steps_per_epoch is not None:
+        return cfg.train.steps_per_epoch
+    return max(math.ceil(len(a.train) / cfg.train.batch_size) for a in part.agents)
+
+
+def agent_data(ds: Dataset, part: Partition, agent: int, device: torch.device) -> AgentData:
+    shard = part.agents[agent]
+    for split in ("train", "val", "test"):
+        if len(getattr(shard, split)) == 0:
+            raise ConfigError(
+                f"agent {agent} has an empty {split} set; use more data "
+                "(data.limit) or fewer agents"
+            )
+
+    def take(idx):  # noqa: ANN001, ANN202
+        i = torch.as_tensor(idx, dtype=torch.long)
+        return ds.x[i].to(device), ds.y[i].to(device)
+
+    (xtr, ytr), (xva, yva), (xte, yte) = (take(shard.train), take(shard.val), take(shard.test))
+    return AgentData(xtr, ytr, xva, yva, xte, yte, take(part.pilots)[0], ds.n_classes)
+
+
+def agent_model(cfg: ExperimentConfig, ds: Dataset, agent: int, device: torch.device) -> AgentModel:
+    """The agent's model, initialised from (seed, agent id), dropout on its own generator."""
+    spec = cfg.agents[agent]
+    model = build_agent_model(
+        ds.x.shape[1],
+        spec.encoder,
+        spec.head,
+        spec.dropout,
+        ds.n_classes,
+        cfg.sheaf.whitening,
+        seed=derive_seed(cfg.seed, "model", agent),
+    ).to(device)
+    gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "dropout", agent))
+    model.set_dropout_generator(gen)
+    return model

@@ -1,0 +1,92 @@
+"""Seeded model construction that never touches torch's global RNG.
+
+Layers' constructors initialise themselves from the global generator; we build under
+``torch.random.fork_rng`` (which saves and restores the CPU generator, no reseeding)
+and then re-initialise every parameter from an explicit ``torch.Generator`` with the
+same distributions torch uses by default, so a model is a pure function of its seed.
+Dropout draws at training time can likewise use an explicit generator
+(:class:`GeneratorDropout`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["GeneratorDropout", "build_seeded", "seeded_init_", "set_dropout_generator"]
+
+M = TypeVar("M", bound=nn.Module)
+
+
+def _default_linear_init(layer: nn.Conv2d | nn.Linear, g: torch.Generator) -> None:
+    # torch's reset_parameters: kaiming_uniform(a=√5) weights, U(±1/√fan_in) biases.
+    nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=g)
+    if layer.bias is not None:
+        fan_in = layer.weight[0].numel()
+        bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+        nn.init.uniform_(layer.bias, -bound, bound, generator=g)
+
+
+@torch.no_grad()
+def seeded_init_(model: nn.Module, seed: int) -> nn.Module:
+    """Re-initialise ``model``'s parameters in place from ``Generator().manual_seed(seed)``.
+
+    Supports Conv/Linear layers (torch's default distributions) and BatchNorm (weight 1,
+    bias 0, fresh running statistics); any other module with parameters is an error, so
+    a new layer type cannot silently keep global-RNG weights.
+    """
+    g = torch.Generator().manual_seed(int(seed))
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Conv2d | nn.Linear):
+            _default_linear_init(module, g)
+        elif isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.reset_parameters()
+        elif any(True for _ in module.parameters(recurse=False)):
+            raise TypeError(f"seeded_init_ does not know how to initialise {name!r} ({module})")
+    return model
+
+
+def build_seeded(factory: Callable[[], M], seed: int) -> M:
+    """Call ``factory()`` without disturbing the global CPU RNG, then :func:`seeded_init_`."""
+    with torch.random.fork_rng(devices=[]):
+        model = factory()
+    seeded_init_(model, seed)
+    return model
+
+
+class GeneratorDropout(nn.Module):
+    """Inverted dropout whose masks come from ``self.generator`` when one is set.
+
+    With ``generator=None`` it behaves like ``nn.Dropout`` (global RNG). The generator
+    must live on the same device as the inputs.
+    """
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+        self.p = p
+        self.generator: torch.Generator | None = None
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if self.generator is None:
+            return nn.functional.dropout(x, self.p, training=True)
+        keep = 1.0 - self.p
+        mask = torch.empty_like(x).bernoulli_(keep, generator=self.generator)
+        return x * mask / keep
+
+
+def set_dropout_generator(model: nn.Module, generator: torch.Generator | None) -> None:
+    """Point every :class:`GeneratorDropout` in ``model`` at ``generator``."""
+    for module in model.modules():
+        if isinstance(module, GeneratorDropout):
+            module.generator = generator

@@ -1,0 +1,74 @@
+"""Rank 0's side of a run: gather per-agent records, log progress, write metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedsheaf.metrics import network_summary
+from fedsheaf.results import RunDir
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+
+
+class Recorder:
+    """Gathers every rank's epoch record; rank 0 prints a line and appends metrics.jsonl.
+
+    Parameters
+    ----------
+    world:
+        The runtime world (``gather``, ``is_root``, ``log``).
+    run_dir:
+        Where rank 0 writes (None on other ranks).
+    epochs:
+        Total epochs, for the progress line.
+    """
+
+    def __init__(self, world: Any, run_dir: RunDir | None, epochs: int) -> None:
+        self.world, self.run_dir, self.epochs = world, run_dir, epochs
+        self.last: dict[str, Any] | None = None
+        self.history: list[dict[str, Any]] = []
+
+    def epoch(self, record: dict[str, Any]) -> None:
+        records = self.world.gather(record)
+        if not self.world.is_root:
+            return
+        line: dict[str, Any] = {
+            "epoch": record["epoch"],
+            "loss": sum(r["loss"] for r in records) / len(records),
+            "seconds": max(r["seconds"] for r in records),
+            "bytes_sent": sum(r["bytes_sent"] for r in records),
+        }
+        evaluated = "private_acc" in records[0]
+        if evaluated:
+            line.update(network_summary(records))
+            line["eval_bytes_sent"] = sum(r["eval_bytes_sent"] for r in records)
+        line["agents"] = records
+        if self.run_dir is not None:
+            self.run_dir.append_metrics(line)
+        self.history.append(line)
+        msg = (
+            f"epoch {line['epoch']:>3}/{self.epochs}  loss {line['loss']:.4f}  "
+            f"{line['seconds']:.1f}s  sent {_mb(line['bytes_sent'])}"
+        )
+        if evaluated:
+            self.last = line
+            msg += (
+                f"  private {line['private_acc']:.3f}  comm {line['comm_acc']:.3f} "
+                f"(deg-weighted {line['comm_acc_deg']:.3f})"
+            )
+        self.world.log(msg)
+
+
+def agent_table(records: list[dict[str, Any]]) -> str:
+    """Plain-text table of per-agent private and communication accuracy."""
+    rows = ["agent    d  deg  private    comm", "-----  ---  ---  -------  ------"]
+    for r in sorted(records, key=lambda r: r["agent"]):
+        comm = r["comm_acc"]
+        comm_s = f"{comm:.3f}" if comm == comm else "   -"
+        rows.append(
+            f"{r['agent']:>5}  {r['dim']:>3}  {r['degree']:>3}  {r['private_acc']:>7.3f}"
+            f"  {comm_s:>6}"
+        )
+    return "\n".join(rows)

@@ -1,0 +1,157 @@
+"""The MPI world: ranks, roles, devices, threads, logging and failure handling.
+
+Rules this module enforces for the whole job:
+
+* An uncaught exception on any rank prints one message naming the rank and
+  calls ``MPI.COMM_WORLD.Abort`` so the job ends instead of hanging.
+* User-caused errors (:class:`~fedsheaf.errors.FedsheafError`) found before
+  training by every rank are checked *collectively* (:meth:`World.agree`):
+  rank 0 prints each distinct message once and every rank exits with status 2.
+* Rank 0 is the only rank that logs progress.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import torch
+from mpi4py import MPI
+
+from fedsheaf.errors import FedsheafError
+
+T = TypeVar("T")
+USER_ERROR_EXIT = 2
+
+
+def _abort_hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+    rank = MPI.COMM_WORLD.Get_rank()
+    size = MPI.COMM_WORLD.Get_size()
+    if isinstance(exc, FedsheafError):
+        sys.stderr.write(f"fedsheaf: error on rank {rank}: {exc}\n")
+        code = USER_ERROR_EXIT
+    else:
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+        sys.stderr.write(f"fedsheaf: rank {rank} failed with {exc_type.__name__}: {exc}\n{text}")
+        code = 1
+    sys.stderr.flush()
+    if size > 1:
+        MPI.COMM_WORLD.Abort(code)
+    sys.exit(code)
+
+
+def install_abort_hook() -> None:
+    """Make any uncaught exception on this rank abort the whole MPI job."""
+    sys.excepthook = _abort_hook
+
+
+class UserErrorExit(SystemExit):
+    """Raised on every rank after a collectively detected user error."""
+
+
+@dataclass
+class World:
+    """This rank's view of the MPI job."""
+
+    comm: Any = field(repr=False)
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    device: torch.device
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+    def log(self, msg: str) -> None:
+        """Print a progress line from rank 0 only."""
+        if self.is_root:
+            print(msg, flush=True)
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        """Gather a small picklable object to rank 0 (None elsewhere)."""
+        return self.comm.gather(obj, root=0)
+
+    def bcast(self, obj: Any) -> Any:
+        return self.comm.bcast(obj, root=0)
+
+    def allreduce_sum(self, value: float) -> float:
+        return float(self.comm.allreduce(value, op=MPI.SUM))
+
+    def agree(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on every rank; if it raises a user error anywhere, stop everywhere.
+
+        Rank 0 prints each distinct message once (with the ranks it came from)
+        and every rank raises :class:`UserErrorExit` (status 2). This is how
+        validation of config, graph, rank count and data files stays to one
+        readable message instead of one traceback per rank.
+        """
+        error: str | None = None
+        result: Any = None
+        try:
+            result = fn()
+        except FedsheafError as exc:
+            error = str(exc)
+        errors = self.comm.allgather(error)
+        if any(e is not None for e in errors):
+            if self.is_root:
+                by_msg: dict[str, list[int]] = {}
+                for r, e in enumerate(errors):
+                    if e is not None:
+                        by_msg.setdefault(e, []).append(r)
+                for msg, ranks in by_msg.items():
+                    where = "" if len(ranks) == self.size else f" (rank {_ranks(ranks)})"
+                    sys.stderr.write(f"fedsheaf: error{where}: {msg}\n")
+                sys.stderr.flush()
+            raise UserErrorExit(USER_ERROR_EXIT)
+        return result
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))
+
+
+def choose_device(preference: str, local_rank: int) -> torch.device:
+    """CUDA device by node-local rank when GPUs exist (and allowed), else CPU."""
+    if preference != "cpu" and torch.cuda.is_available():
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    if preference == "cuda":
+        raise FedsheafError("train.device=cuda but no CUDA device is visible on this node")
+    return torch.device("cpu")
+
+
+def set_threads(local_size: int) -> int:
+    """One share of the node's cores per local rank (at least one thread)."""
+    env = os.environ.get("FEDSHEAF_THREADS")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = int(env) if env else max(1, (cores or 1) // max(1, local_size))
+    torch.set_num_threads(threads)
+    return threads
+
+
+def init_world(device: str = "auto") -> World:
+    """Initialise this rank: abort hook, node-local rank, threads and device."""
+    install_abort_hook()
+    comm = MPI.COMM_WORLD
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    local_rank, local_size = local.Get_rank(), local.Get_size()
+    local.Free()
+    set_threads(local_size)
+    world = World(
+        comm=comm,
+        rank=comm.Get_rank(),
+        size=comm.Get_size(),
+        local_rank=local_rank,
+        local_size=local_size,
+        device=torch.device("cpu"),
+    )
+    world.device = world.agree(lambda: choose_device(device, local_rank))
+    return world

@@ -1,0 +1,168 @@
+"""Typed, validated dataclasses from plain dicts.
+
+A tiny schema layer used by :mod:`fedsheaf.config`: each config section is a
+dataclass whose fields carry their type hints and, optionally, a range or a set
+of choices in ``field(metadata=...)``. :func:`build` turns a mapping into such a
+dataclass, rejecting unknown keys (with a "did you mean" hint), wrong types and
+out-of-range values with one message that names the dotted key.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from fedsheaf.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def spec(
+    default: Any = dataclasses.MISSING,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+    choices: tuple[Any, ...] | None = None,
+    lo_open: bool = False,
+    doc: str = "",
+) -> Any:
+    """A dataclass field with validation metadata.
+
+    ``lo``/``hi`` bound numbers (``lo_open`` makes the lower bound strict);
+    ``choices`` restricts the value to a fixed set; ``doc`` is shown by
+    ``fedsheaf config --help``-style listings.
+    """
+    meta = {"lo": lo, "hi": hi, "choices": choices, "lo_open": lo_open, "doc": doc}
+    if isinstance(default, list | dict) or dataclasses.is_dataclass(default):
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return {
+            "int": "an integer",
+            "float": "a number",
+            "str": "a string",
+            "bool": "true/false",
+        }.get(tp.__name__, tp.__name__)
+    return str(tp).replace("typing.", "")
+
+
+def _convert(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, key)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(
+            errors[0]
+            if len(errors) == 1
+            else f"config key '{key}': {value!r} is not {_type_name(tp)}"
+        )
+    if origin is list or origin is tuple:
+        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"config key '{key}' must be a list, got {value!r}")
+        out = [_convert(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
+        return out if origin is list else tuple(out)
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, key)
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:  # YAML 1.1 reads "5e-4" as a string
+                return float(value)
+            except ValueError:
+                pass
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:
+        raise TypeError(f"unsupported schema type {tp!r}")
+    raise ConfigError(f"config key '{key}' must be {_type_name(tp)}, got {value!r}")
+
+
+def _check_range(value: Any, meta: Mapping[str, Any], key: str) -> None:
+    if value is None:
+        return
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        raise ConfigError(
+            f"config key '{key}' must be one of {', '.join(map(str, choices))}; got {value!r}"
+        )
+    lo, hi = meta.get("lo"), meta.get("hi")
+    values = value if isinstance(value, list | tuple) else [value]
+    for v in values:
+        if not isinstance(v, int | float):
+            continue
+        if lo is not None and (v < lo or (meta.get("lo_open") and v == lo)):
+            rel = ">" if meta.get("lo_open") else ">="
+            raise ConfigError(f"config key '{key}' must be {rel} {lo}, got {v!r}")
+        if hi is not None and v > hi:
+            raise ConfigError(f"config key '{key}' must be <= {hi}, got {v!r}")
+
+
+def build(cls: type[T], data: Any, prefix: str = "") -> T:
+    """Build dataclass ``cls`` from mapping ``data``, validating every key."""
+    where = prefix or "the config"
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a mapping of keys to values, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    hints = typing.get_type_hints(cls)
+    for key in data:
+        if key not in fields:
+            full = f"{prefix}.{key}" if prefix else str(key)
+            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(
+                f"unknown config key '{full}'{hint}; valid keys here: {', '.join(fields)}"
+            )
+    kwargs = {}
+    for name, f in fields.items():
+        full = f"{prefix}.{name}" if prefix else name
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"missing required config key '{full}'")
+            continue
+        value = _convert(data[name], hints[name], full)
+        _check_range(value, f.metadata, full)
+        kwargs[name] = value
+    obj = cls(**kwargs)
+    check = getattr(obj, "check", None)
+    if callable(check):
+        check(prefix)
+    return obj
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain-data (YAML/JSON-safe) view of a dataclass tree."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, list | tuple):
+        return [to_dict(v) for v in obj]
+    return obj
