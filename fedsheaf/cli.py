@@ -1,4 +1,4 @@
-"""The ``fedsheaf`` command line: run, graph, ufm, fedrep-linear."""
+"""The ``fedsheaf`` command line: run, graph, ufm, fedrep-linear, sweep, report."""
 
 from __future__ import annotations
 
@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     ufm = sub.add_parser("ufm", help="unconstrained-feature-model federation (seed 002)")
     theory_command.configure(ufm)
     ufm.set_defaults(func=theory_command.run)
+
+    lin = sub.add_parser("fedrep-linear", help="FedRep vs FedAvg on the linear model (seed 003)")
+    theory_command.configure_linear(lin)
+    lin.set_defaults(func=theory_command.run_linear_cli)
     return parser
 
 

@@ -78,8 +78,19 @@ def proximal_solve(
 def gd_steps(
     W: np.ndarray, T: np.ndarray, lam_H: float, lam_W: float, steps: int, lr: float
 ) -> np.ndarray:
-    """``steps`` profiled gradient steps ``W ← W − η ∇F(W; T)`` from ``W``."""
+    """``steps`` profiled gradient steps ``W ← W − η ∇F(W; T)`` from ``W``.
+
+    Raises
+    ------
+    ConvergenceError
+        If the iterates blow up (step size too large).
+    """
     W = np.array(W, dtype=float)
-    for _ in range(steps):
+    for k in range(steps):
         W = W - lr * profiled_grad(W, T, lam_H, lam_W)
+        if not np.all(np.isfinite(W)) or np.max(np.abs(W)) > 1e100:
+            raise ConvergenceError(
+                f"local gradient descent diverged at step {k + 1} with lr={lr:g}; "
+                "lower the step size"
+            )
     return W

@@ -9,6 +9,7 @@ optimal head Gram matrix of the profiled objective
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -73,6 +74,16 @@ class UFMInstance:
         object.__setattr__(self, "p", p)
         object.__setattr__(self, "lam_H", float(self.lam_H))
         object.__setattr__(self, "lam_W", float(self.lam_W))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready description (nested lists of floats)."""
+        return {
+            "lam_H": self.lam_H,
+            "lam_W": self.lam_W,
+            "p": self.p.tolist(),
+            "mus": self.mus.tolist(),
+            "Sigmas": self.Sigmas.tolist(),
+        }
 
     @property
     def M(self) -> int:

@@ -9,8 +9,9 @@ import torch
 
 from fedsheaf.data import sources
 from fedsheaf.data.sources import DataError, dataset_shape, load_dataset
+from tests.conftest import shared_data_root
 
-SHARED = Path("/work/shared/data")
+SHARED = shared_data_root() or Path("../shared/data")
 
 
 def _write_idx(raw: Path, prefix: str, images: np.ndarray, labels: np.ndarray) -> None:
@@ -116,7 +117,7 @@ def test_dataset_shape_matches_loaded():
 
 @pytest.mark.skipif(
     not (SHARED / "FashionMNIST" / "raw").is_dir(),
-    reason="offline FashionMNIST copy /work/shared/data/FashionMNIST is absent",
+    reason="offline FashionMNIST copy ../shared/data/FashionMNIST is absent",
 )
 def test_shared_fashionmnist():
     ds = load_dataset("fashionmnist", SHARED, split="test")

@@ -15,6 +15,7 @@ from fedsheaf.errors import ConfigError
 from fedsheaf.theory._threads import single_blas_thread
 from fedsheaf.theory.bures import gram_step, selected_head
 from fedsheaf.theory.command import configure, run
+from fedsheaf.theory.errors import ConvergenceError
 from fedsheaf.theory.instances import load_ufm_config, random_instance
 from fedsheaf.theory.local import proximal_solve
 from fedsheaf.theory.psd import rel_err
@@ -116,6 +117,11 @@ def test_many_local_gd_steps_approach_barycenter(fixed) -> None:
     few = simulate(fixed.instance, fixed.W0, SimSettings(mode="gd", rounds=30, local_steps=2))
     many = simulate(fixed.instance, fixed.W0, SimSettings(mode="gd", rounds=30, local_steps=100))
     assert many.rel_err_star[-1] < few.rel_err_star[-1]
+
+
+def test_diverging_gradient_descent_is_reported(fixed) -> None:
+    with pytest.raises(ConvergenceError, match="lr=1000"):
+        simulate(fixed.instance, fixed.W0, SimSettings(mode="gd", rounds=5, lr=1000.0))
 
 
 def test_simulation_is_deterministic(fixed) -> None:

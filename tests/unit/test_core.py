@@ -1,0 +1,139 @@
+"""Seeds, metrics, run directories, post-hoc ZCA and the per-rank experiment builders."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fedsheaf import experiment
+from fedsheaf.algorithms.base import epoch_batches
+from fedsheaf.config import load_config
+from fedsheaf.errors import ConfigError
+from fedsheaf.metrics import accuracy, harmonic, network_summary
+from fedsheaf.progress import agent_table
+from fedsheaf.results import RunDir, atomic_write_json, read_metrics
+from fedsheaf.seeding import derive_seed, rng, torch_generator
+from fedsheaf.sheaf.zca import zca_fit
+
+
+def test_derived_seeds_depend_only_on_their_keys():
+    assert derive_seed(0, "model", 3) == derive_seed(0, "model", 3)
+    assert (
+        len(
+            {
+                derive_seed(0, "model", 3),
+                derive_seed(0, "model", 4),
+                derive_seed(1, "model", 3),
+                derive_seed(0, "data", 3),
+            }
+        )
+        == 4
+    )
+    state = torch.get_rng_state()
+    torch_generator(5, "x").seed  # noqa: B018
+    rng(5, "x").random()
+    assert torch.equal(state, torch.get_rng_state())
+
+
+def test_accuracy_and_network_summary():
+    logits = torch.tensor([[2.0, 0.0], [0.0, 1.0], [3.0, 1.0]])
+    assert accuracy(logits, torch.tensor([0, 1, 1])) == pytest.approx(2 / 3)
+    assert math.isnan(accuracy(logits[:0], torch.tensor([], dtype=torch.long)))
+    agents = [
+        dict(private_acc=0.9, comm_acc=0.5, private_acc_val=0.8, comm_acc_val=0.4, degree=1),
+        dict(private_acc=0.7, comm_acc=0.8, private_acc_val=0.6, comm_acc_val=0.6, degree=3),
+        dict(
+            private_acc=0.5,
+            comm_acc=float("nan"),
+            private_acc_val=0.5,
+            comm_acc_val=float("nan"),
+            degree=0,
+        ),
+    ]
+    net = network_summary(agents)
+    assert net["private_acc"] == pytest.approx(0.7)
+    assert net["comm_acc"] == pytest.approx(0.65)  # isolated agent skipped
+    assert net["comm_acc_deg"] == pytest.approx((0.5 + 3 * 0.8) / 4)
+    assert net["score_val"] == pytest.approx(harmonic(net["private_acc_val"], 0.5))
+    assert harmonic(0.0, 1.0) == 0.0
+
+
+def test_agent_table_lists_every_agent():
+    recs = [
+        dict(agent=1, dim=24, degree=2, private_acc=0.5, comm_acc=0.25),
+        dict(agent=0, dim=16, degree=0, private_acc=0.75, comm_acc=float("nan")),
+    ]
+    lines = agent_table(recs).splitlines()
+    assert lines[2].split() == ["0", "16", "0", "0.750", "-"]
+    assert lines[3].split() == ["1", "24", "2", "0.500", "0.250"]
+
+
+def test_run_dir_is_atomic_and_refuses_to_clobber(tmp_path):
+    run = RunDir(tmp_path / "r")
+    run.write_config("a: 1\n")
+    run.append_metrics({"epoch": 1, "acc": float("nan"), "v": np.float32(0.5)})
+    with open(run.metrics_path, "a") as fh:
+        fh.write('{"epoch": 2, "torn')  # a crash mid-line
+    assert read_metrics(run.metrics_path) == [{"epoch": 1, "acc": None, "v": 0.5}]
+    run.write_summary({"x": 1})
+    assert json.loads((tmp_path / "r" / "summary.json").read_text()) == {"x": 1}
+    assert not [p for p in (tmp_path / "r").iterdir() if p.name.startswith(".")]
+    with pytest.raises(ConfigError, match="already holds a finished run"):
+        RunDir(tmp_path / "r")
+    RunDir(tmp_path / "r", overwrite=True)
+    assert not (tmp_path / "r" / "summary.json").exists()
+    atomic_write_json(tmp_path / "deep" / "x.json", {"a": [1, 2]})
+    assert json.loads((tmp_path / "deep" / "x.json").read_text()) == {"a": [1, 2]}
+
+
+def test_zca_whitens_and_inverts():
+    g = torch.Generator().manual_seed(0)
+    mix = torch.randn(5, 5, generator=g, dtype=torch.float64)
+    z = torch.randn(4000, 5, generator=g, dtype=torch.float64) @ mix + 3.0
+    zca = zca_fit(z, eps=1e-12)
+    w = zca.whiten(z)
+    assert torch.allclose(w.mean(0), torch.zeros(5, dtype=torch.float64), atol=1e-10)
+    assert torch.allclose(torch.cov(w.T), torch.eye(5, dtype=torch.float64), atol=1e-8)
+    assert torch.allclose(zca.colour(w), z, atol=1e-8)
+    assert torch.allclose(zca.w, zca.w.T)  # zero-phase: symmetric
+
+
+def test_epoch_batches_cover_every_sample_and_wrap():
+    batches = epoch_batches(10, 4, 5, torch.Generator().manual_seed(0))
+    assert [len(b) for b in batches] == [4] * 5
+    flat = torch.cat(batches)
+    assert sorted(flat[:10].tolist()) == list(range(10))
+
+
+def test_builders_check_graph_against_config():
+    cfg = load_config("configs/quickstart.yaml")
+    graph = experiment.build_graph(cfg, 4)
+    assert graph.dims == (16, 24, 32, 24)
+    with pytest.raises(Exception, match="5 ranks"):
+        experiment.build_graph(cfg, 5)
+    cfg.agents[0].encoder = [8, 20]
+    with pytest.raises(ConfigError, match="latent dimension 20"):
+        experiment.build_graph(cfg, 4)
+
+
+def test_every_rank_derives_the_same_partition_and_its_own_shard():
+    cfg = load_config("configs/quickstart.yaml")
+    ds, part = experiment.load_and_partition(cfg)
+    _, again = experiment.load_and_partition(cfg)
+    assert all(
+        np.array_equal(a.train, b.train) for a, b in zip(part.agents, again.agents, strict=False)
+    )
+    data = [experiment.agent_data(ds, part, i, torch.device("cpu")) for i in range(4)]
+    assert all(torch.equal(d.x_pilot, data[0].x_pilot) for d in data)
+    steps = experiment.steps_per_epoch(cfg, part)
+    assert steps == max(math.ceil(len(d.y_train) / cfg.train.batch_size) for d in data)
+    m0 = experiment.agent_model(cfg, ds, 0, torch.device("cpu"))
+    m0b = experiment.agent_model(cfg, ds, 0, torch.device("cpu"))
+    m1 = experiment.agent_model(cfg, ds, 1, torch.device("cpu"))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(m0.state_dict().values(), m0b.state_dict().values(), strict=False)
+    )
+    assert m1.encode(data[1].x_test[:3]).shape == (3, 24)
