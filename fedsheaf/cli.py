@@ -12,7 +12,10 @@ from fedsheaf.errors import FedsheafError
 def _run(args: argparse.Namespace) -> int:
     from fedsheaf.runtime.launch import main
 
-    return main(args.config, args.overrides)
+    config, overrides = args.config, list(args.overrides)
+    if args.resume is not None and config is not None and "=" in config:
+        config, overrides = None, [config, *overrides]  # argparse took an override for CONFIG
+    return main(config, overrides, args.resume)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,7 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train one experiment. Launch with one rank per agent: "
         "mpiexec -n 4 fedsheaf run configs/quickstart.yaml seed=3",
     )
-    run.add_argument("config", help="experiment YAML file (configs/*.yaml)")
+    run.add_argument("config", nargs="?", help="experiment YAML file (configs/*.yaml)")
+    run.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue an interrupted run from its newest complete checkpoint "
+        "(reads RUN_DIR/config.yaml; overrides still apply)",
+    )
     run.add_argument(
         "overrides",
         nargs="*",
@@ -43,6 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
     graph = sub.add_parser("graph", help="build or inspect graph files")
     graph_command.configure(graph)
     graph.set_defaults(func=graph_command.run)
+
+    from fedsheaf import report, sweep
+
+    sweep_p = sub.add_parser("sweep", help="expand a study into runs; run or list them")
+    sweep.configure(sweep_p)
+    sweep_p.set_defaults(func=sweep.run)
+
+    report_p = sub.add_parser("report", help="comparison table and figures from run directories")
+    report.configure(report_p)
+    report_p.set_defaults(func=report.run)
 
     ufm = sub.add_parser("ufm", help="unconstrained-feature-model federation (seed 002)")
     theory_command.configure(ufm)

@@ -7,6 +7,8 @@ out-of-range values raise :class:`~fedsheaf.errors.ConfigError` naming the key.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,9 +19,13 @@ from fedsheaf.errors import ConfigError
 from fedsheaf.schema import build, spec, to_dict
 
 DATASETS = ("digits", "mnist", "fashionmnist", "cifar10")
-DECENTRALIZED = ("sheaf_frl", "noncoop")
-SERVER_BASED = ("fedavg", "fedavg_ft", "fedrep", "fedper", "lg_fedavg", "local")
-ALGORITHMS = DECENTRALIZED + SERVER_BASED
+DECENTRALIZED = ("sheaf_frl", "noncoop", "comfed", "sheaf_fmtl")
+# Heterogeneous-agent baselines with a central server: rank 0 serves, agents on ranks 1..N.
+HUB_BASED = ("fedproto", "fedmuscle")
+SERVER_BASED = ("fedavg", "fedavg_ft", "fedrep", "fedper", "lg_fedavg", "local", "head_fedavg")
+ALGORITHMS = DECENTRALIZED + HUB_BASED + SERVER_BASED
+# Methods that need every agent to have the same latent dimension d.
+EQUAL_DIM_ONLY = ("fedproto", "fedmuscle")
 
 
 @dataclass
@@ -39,6 +45,9 @@ class AgentConfig:
     head: list[int] = spec(lo=1, doc="hidden widths of the head MLP")
     classes: list[int] = spec(lo=0, doc="target classes C_i")
     dropout: float = spec(0.1, lo=0.0, hi=0.95)
+    lr: float | None = spec(
+        None, lo=0.0, lo_open=True, doc="this agent's learning rate; default train.lr"
+    )
 
     @property
     def dim(self) -> int:
@@ -67,10 +76,64 @@ class TrainConfig:
 
 @dataclass
 class SheafConfig:
-    lam: float = spec(0.1, lo=0.0, doc="penalty weight λ; λ_i = λ / d_i")
+    lam: float = spec(
+        0.1, lo=0.0, doc="penalty weight λ (λ_i = λ / d_i); also the baselines' cooperation weight"
+    )
     pilot_batch: int = spec(64, lo=1, doc="K pilots per step")
     map_refresh: str = spec("epoch", choices=("epoch", "step"))
     whitening: str = spec("standardize", choices=("standardize", "zca"))
+    variant: str = spec(
+        "standard",
+        choices=("standard", "homogeneous", "strict"),
+        doc="standard: Algorithm 1; homogeneous: Algorithm 2 (equal d, tail-side SVD only); "
+        "strict: Algorithms 3/4 (only transported pilots leave a rank)",
+    )
+    pilot_strategy: str = spec(
+        "uniform",
+        choices=("uniform", "stratified", "prototype", "kmeans"),
+        doc="uniform or per-class stratified pilot batches; class (prototype) or k-means "
+        "group centroids as pilots",
+    )
+    prototype_members: int = spec(
+        8, lo=1, doc="prototype/kmeans: pilots averaged per group and step"
+    )
+    parseval: bool = spec(False, doc="Parseval-normalise pilot matrices: A (AᵀA)^(-1/2)")
+
+
+@dataclass
+class ComFedConfig:
+    rank: int | None = spec(64, lo=1, doc="shared space dimension r; null: the largest d")
+
+
+@dataclass
+class FMTLConfig:
+    gamma: float = spec(1e-3, lo=0.0, lo_open=True, doc="edge stalk size γ·min(n_i, n_j)")
+    rate: float = spec(1e-2, lo=0.0, lo_open=True, doc="restriction-map learning rate η")
+
+
+@dataclass
+class FedProtoConfig:
+    momentum: float = spec(0.9, lo=0.0, hi=1.0, doc="EMA momentum of the global prototypes")
+
+
+@dataclass
+class FedMuscleConfig:
+    temperature: float = spec(0.1, lo=0.0, lo_open=True, doc="contrastive temperature τ")
+    task_epochs: int = spec(4, lo=0, doc="task-only epochs per round")
+    align_epochs: int = spec(1, lo=1, doc="epochs with the alignment loss per round")
+
+
+@dataclass
+class BaselineConfig:
+    """Method-specific constants of the heterogeneous baselines (SPEC §3).
+
+    Their cooperation weight is ``sheaf.lam`` (the λ that studies grid-search).
+    """
+
+    comfed: ComFedConfig = spec(ComFedConfig())
+    fmtl: FMTLConfig = spec(FMTLConfig())
+    fedproto: FedProtoConfig = spec(FedProtoConfig())
+    fedmuscle: FedMuscleConfig = spec(FedMuscleConfig())
 
 
 @dataclass
@@ -95,6 +158,53 @@ class FederatedConfig:
 
 
 @dataclass
+class HeadConfig:
+    """Head-only FedAvg (SPEC §4, seed 002): regression data, UFM objective, options.
+
+    The local objective is
+    ``1/(2N_m)‖W H_m + b1ᵀ − Y_m‖² + λ_H/(2N_m)‖H_m‖² + λ_W/2‖W‖²`` with ``H_m`` the
+    private backbone's features; ``federated.local_epochs`` is E, ``train.*`` the optimiser.
+    """
+
+    data: str = spec(
+        "diabetes3",
+        choices=("diabetes3", "geo"),
+        doc="diabetes3 (tabular, scikit-learn) or geo (shift/zoom view of data.dataset)",
+    )
+    lam_H: float = spec(0.01, lo=0.0, lo_open=True, doc="feature penalty λ_H")
+    lam_W: float = spec(0.01, lo=0.0, lo_open=True, doc="head penalty λ_W")
+    rho: float = spec(0.0, lo=0.0, doc="proximal weight ρ on ‖W − W_t‖²/2")
+    align: bool = spec(False, doc="rotate each trained head to the broadcast (Procrustes)")
+    moment_gamma: float = spec(0.0, lo=0.0, hi=1.0, doc="scale γ of the moment correction")
+    backbone: list[int] = spec(
+        [128, 128], lo=1, doc="MLP hidden widths (diabetes3) or conv channels (geo)"
+    )
+    features: int | None = spec(None, lo=1, doc="feature width P (>= targets C); default 2C")
+    lr_min: float | None = spec(
+        None, lo=0.0, doc="cosine decay of train.lr to this value within each round"
+    )
+    test_fraction: float = spec(
+        0.2, lo=0.0, hi=0.9, lo_open=True, doc="held-out share when the set has no test split"
+    )
+
+    def check(self, prefix: str) -> None:
+        if self.features is not None and self.features < 3:
+            raise ConfigError(
+                f"config key '{prefix}.features' must be >= 3 (the regression targets C), "
+                f"got {self.features}"
+            )
+
+
+@dataclass
+class CheckpointConfig:
+    """Checkpoint/resume of decentralized runs (see fedsheaf.checkpoint)."""
+
+    every: int = spec(1, lo=0, doc="write a checkpoint every N epochs; 0 = never")
+    keep: int = spec(2, lo=1, doc="complete checkpoints kept on disk")
+    resume: bool = spec(False, doc="continue from the newest complete checkpoint, if any")
+
+
+@dataclass
 class OutputConfig:
     dir: str = spec("runs")
     name: str | None = spec(None, doc="run directory name; default <name>-seed<seed>")
@@ -111,19 +221,36 @@ class ExperimentConfig:
     data: DataConfig = spec(DataConfig())
     train: TrainConfig = spec(TrainConfig())
     sheaf: SheafConfig = spec(SheafConfig())
+    baseline: BaselineConfig = spec(BaselineConfig())
     federated: FederatedConfig = spec(FederatedConfig())
+    head: HeadConfig = spec(HeadConfig())
     output: OutputConfig = spec(OutputConfig())
+    checkpoint: CheckpointConfig = spec(CheckpointConfig())
 
     @property
     def decentralized(self) -> bool:
         return self.algorithm in DECENTRALIZED
 
+    @property
+    def hub_based(self) -> bool:
+        """Heterogeneous agents on a graph plus one server rank (FedProto, FedMuscle)."""
+        return self.algorithm in HUB_BASED
+
     def check(self, prefix: str) -> None:
-        if self.decentralized:
+        if self.decentralized or self.hub_based:
             if self.graph is None:
                 raise ConfigError(f"algorithm {self.algorithm} needs config key 'graph'")
             if not self.agents:
                 raise ConfigError(f"algorithm {self.algorithm} needs config key 'agents'")
+        if self.checkpoint.resume and not self.decentralized:
+            raise ConfigError(
+                f"config key 'checkpoint.resume': algorithm {self.algorithm} cannot resume "
+                f"(checkpoints exist for {', '.join(DECENTRALIZED)})"
+            )
+        if self.checkpoint.resume and self.output.overwrite:
+            raise ConfigError(
+                "config keys 'checkpoint.resume' and 'output.overwrite' exclude each other"
+            )
         n_classes = 10
         for i, agent in enumerate(self.agents):
             bad = [c for c in agent.classes if c >= n_classes]
@@ -132,6 +259,22 @@ class ExperimentConfig:
                     f"config key 'agents[{i}].classes' has class ids {bad} "
                     f"outside 0..{n_classes - 1}"
                 )
+        self._check_method()
+
+    def _check_method(self) -> None:
+        """Setups a method cannot handle: one readable error before any rank starts."""
+        dims = sorted({a.dim for a in self.agents})
+        if len(dims) > 1 and self.algorithm in EQUAL_DIM_ONLY:
+            raise ConfigError(
+                f"algorithm {self.algorithm} needs every agent to have the same latent "
+                f"dimension d (last encoder width), but the agents have d = {dims}; use "
+                "sheaf_frl, noncoop, comfed or sheaf_fmtl for unequal dimensions"
+            )
+        if len(dims) > 1 and self.algorithm == "sheaf_frl" and self.sheaf.variant == "homogeneous":
+            raise ConfigError(
+                f"sheaf.variant=homogeneous (Algorithm 2) needs equal latent dimensions, but "
+                f"the agents have d = {dims}; use sheaf.variant=standard or strict"
+            )
 
     def run_name(self) -> str:
         return self.output.name or f"{self.name}-seed{self.seed}"
@@ -140,37 +283,102 @@ class ExperimentConfig:
         return to_dict(self)
 
 
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """Split ``a.b=value`` into its key path and YAML-parsed value."""
+_KEY_PART = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)")
+
+
+def parse_override(text: str) -> tuple[list[str | int], Any]:
+    """Split ``a.b=value`` into its key path and YAML-parsed value.
+
+    List entries are addressed by index: ``agents[1].lr=0.5`` gives the path
+    ``["agents", 1, "lr"]``.
+    """
     if "=" not in text:
         raise ConfigError(f"override '{text}' must look like key=value (e.g. train.epochs=3)")
     key, _, raw = text.partition("=")
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"override '{text}' has an empty key")
+    path: list[str | int] = []
+    for part in key.split("."):
+        match = _KEY_PART.fullmatch(part)
+        if match is None:
+            raise ConfigError(
+                f"override '{text}': '{part}' is not a key name (letters, digits, _ and "
+                "optional [index])"
+            )
+        path.append(match.group(1))
+        path.extend(int(i) for i in re.findall(r"\d+", match.group(2)))
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"override '{text}': cannot parse value: {exc}") from None
-    return key.split("."), value
+        raise ConfigError(f"override '{text}': cannot parse value: {yaml_problem(exc)}") from None
+    return path, value
+
+
+def _key_text(path: list[str | int]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def section_keys() -> dict[str, list[str]]:
+    """Leaf key name -> the sections of ExperimentConfig that hold it (``rounds`` -> federated)."""
+    found: dict[str, list[str]] = {}
+    for f in dataclasses.fields(ExperimentConfig):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+        if dataclasses.is_dataclass(default):
+            for sub in dataclasses.fields(default):
+                found.setdefault(sub.name, []).append(f.name)
+    return found
+
+
+def expand_shorthand(path: list[str | int], text: str) -> list[str | int]:
+    """``rounds=3`` means ``federated.rounds=3`` when exactly one section has that key.
+
+    Only single-word overrides that are not top-level keys are expanded; a name held by
+    several sections is an error that lists the full keys to choose from.
+    """
+    top = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    if len(path) != 1 or not isinstance(path[0], str) or path[0] in top:
+        return path
+    sections = section_keys().get(path[0], [])
+    if len(sections) == 1:
+        return [sections[0], path[0]]
+    if len(sections) > 1:
+        choices = " or ".join(f"{s}.{path[0]}" for s in sections)
+        raise ConfigError(f"override '{text}' is ambiguous: use {choices}")
+    return path
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``key=value`` overrides to a raw config mapping (in place) and return it."""
     for text in overrides:
         path, value = parse_override(text)
-        node = raw
-        for i, part in enumerate(path[:-1]):
-            nxt = node.get(part) if isinstance(node, dict) else None
-            if nxt is None:
-                nxt = node[part] = {}
-            if not isinstance(nxt, dict):
-                raise ConfigError(
-                    f"override '{text}': '{'.'.join(path[: i + 1])}' is not a section"
-                )
-            node = nxt
-        node[path[-1]] = value
+        path = expand_shorthand(path, text)
+        node: Any = raw
+        for i, part in enumerate(path):
+            last = i == len(path) - 1
+            if isinstance(part, int):
+                if not isinstance(node, list) or part >= len(node):
+                    size = f"has {len(node)} entries" if isinstance(node, list) else "is not a list"
+                    raise ConfigError(f"override '{text}': '{_key_text(path[:i])}' {size}")
+            elif not isinstance(node, dict):
+                raise ConfigError(f"override '{text}': '{_key_text(path[:i])}' is not a section")
+            if last:
+                node[part] = value
+            else:
+                if isinstance(part, str) and node.get(part) is None:
+                    node[part] = [] if isinstance(path[i + 1], int) else {}
+                node = node[part]
     return raw
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML syntax error on one line: where it is and what is wrong."""
+    mark = getattr(exc, "problem_mark", None)
+    what = "; ".join(
+        str(part) for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part
+    )
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{what or exc}".replace("\n", " ")
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -180,8 +388,10 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {p} does not exist")
     try:
         raw = yaml.safe_load(p.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config file {p} cannot be read: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+        raise ConfigError(f"config file {p} is not valid YAML: {yaml_problem(exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"config file {p} must hold a YAML mapping at top level")
     return raw
@@ -194,6 +404,30 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
         return build(ExperimentConfig, raw)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """The config of an existing run directory, set up to resume it in place.
+
+    Reads ``RUN_DIR/config.yaml``, applies ``overrides`` and points ``output`` at
+    ``RUN_DIR`` (wherever it now lives) with ``checkpoint.resume`` on.
+    """
+    path = Path(run_dir)
+    if not (path / "config.yaml").is_file():
+        raise ConfigError(
+            f"cannot resume {path}: no config.yaml there (not a fedsheaf run directory)"
+        )
+    raw = apply_overrides(read_yaml(path / "config.yaml"), overrides or [])
+    for section in ("output", "checkpoint"):
+        if not isinstance(raw.get(section) or {}, dict):
+            raise ConfigError(f"{path / 'config.yaml'}: '{section}' must be a section")
+        raw[section] = dict(raw.get(section) or {})
+    raw["output"].update(dir=str(path.resolve().parent), name=path.resolve().name, overwrite=False)
+    raw["checkpoint"]["resume"] = True
+    try:
+        return build(ExperimentConfig, raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{path / 'config.yaml'}: {exc}") from None
 
 
 def dump_config(cfg: ExperimentConfig) -> str:

@@ -76,7 +76,8 @@ def agent_data(ds: Dataset, part: Partition, agent: int, device: torch.device) -
         return ds.x[i].to(device), ds.y[i].to(device)
 
     (xtr, ytr), (xva, yva), (xte, yte) = (take(shard.train), take(shard.val), take(shard.test))
-    return AgentData(xtr, ytr, xva, yva, xte, yte, take(part.pilots)[0], ds.n_classes)
+    x_pilot, y_pilot = take(part.pilots)
+    return AgentData(xtr, ytr, xva, yva, xte, yte, x_pilot, ds.n_classes, y_pilot)
 
 
 def agent_model(cfg: ExperimentConfig, ds: Dataset, agent: int, device: torch.device) -> AgentModel:

@@ -30,6 +30,11 @@ class Recorder:
         self.last: dict[str, Any] | None = None
         self.history: list[dict[str, Any]] = []
 
+    def restore(self, history: list[dict[str, Any]]) -> None:
+        """Continue after a checkpoint whose metrics so far were ``history``."""
+        self.history = list(history)
+        self.last = next((r for r in reversed(self.history) if "private_acc" in r), None)
+
     def epoch(self, record: dict[str, Any]) -> None:
         records = self.world.gather(record)
         if not self.world.is_root:

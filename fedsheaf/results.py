@@ -12,35 +12,48 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from fedsheaf.errors import ConfigError
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` so readers see the old or the new file, never half."""
+def write_atomic(path: str | Path, write: Callable[[IO[bytes]], Any]) -> Path:
+    """Call ``write(fh)`` on a temporary file beside ``path``, fsync it, rename it over ``path``.
+
+    Readers see the old file or the new one, never half of one; a crash leaves
+    at most a hidden ``.name.*.tmp`` file behind.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    # open(..., "xb") rather than mkstemp so that the file mode follows the umask
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with open(tmp, "xb") as fh:
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+    return path
 
 
-def _clean(obj: Any) -> Any:
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    data = text.encode("utf-8")
+    return write_atomic(path, lambda fh: fh.write(data))
+
+
+def json_safe(obj: Any) -> Any:
     """JSON-safe copy: NaN/inf become None, tuples lists, numpy scalars floats."""
     if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
+        return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_clean(v) for v in obj]
+        return [json_safe(v) for v in obj]
     if hasattr(obj, "item") and callable(obj.item):
         obj = obj.item()
     if isinstance(obj, float) and not math.isfinite(obj):
@@ -49,7 +62,7 @@ def _clean(obj: Any) -> Any:
 
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(_clean(obj), indent=2) + "\n")
+    atomic_write_text(path, json.dumps(json_safe(obj), indent=2) + "\n")
 
 
 class RunDir:
@@ -75,7 +88,7 @@ class RunDir:
         atomic_write_text(self.path / "config.yaml", text)
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        line = json.dumps(_clean(record)) + "\n"
+        line = json.dumps(json_safe(record)) + "\n"
         with open(self.metrics_path, "a") as fh:
             fh.write(line)
             fh.flush()

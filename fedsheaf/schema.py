@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -90,13 +91,16 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:  # YAML 1.1 reads "5e-4" as a string
-                return float(value)
-            except ValueError:
-                pass
+        # YAML 1.1 reads "5e-4" as a string; NaN, infinities and overflows are errors
+        if isinstance(value, int | float | str) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except (ValueError, OverflowError):
+                number = None
+            if number is not None and math.isfinite(number):
+                return number
+            if number is not None or not isinstance(value, str):
+                raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
     elif tp is str:
         if isinstance(value, str):
             return value

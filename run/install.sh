@@ -17,6 +17,10 @@ stamp="$venv/.fedsheaf-installed-$(cat setup.cfg pyproject.toml | cksum | cut -d
 if [ ! -e "$stamp" ] || ! "$venv/bin/python" -c "import fedsheaf, torch, torchvision, mpi4py" 2>/dev/null; then
   echo "fedsheaf: installing into $venv (torch is large: this takes a few minutes once)" >&2
   "$venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-  "$venv/bin/python" -m pip install --quiet -e ".[$extras]"
+  # pip's notes about this machine's local package mirrors are noise: keep real errors only
+  "$venv/bin/python" -m pip install --quiet -e ".[$extras]" 2>&1 \
+    | grep -v -e "^WARNING: Location" -e "BuildBackendWarning" -e "^  " -e "^$" >&2 || true
+  "$venv/bin/python" -c "import fedsheaf, torch, torchvision, mpi4py" \
+    || { echo "fedsheaf: installation into $venv failed (see pip output above)" >&2; exit 1; }
   touch "$stamp"
 fi

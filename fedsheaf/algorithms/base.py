@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
 
+from fedsheaf import checkpoint
+from fedsheaf.bench.timer import NULL_TIMER, NullTimer, PhaseTimer
 from fedsheaf.config import ExperimentConfig, TrainConfig
 from fedsheaf.errors import FedsheafError
 from fedsheaf.graphs import Graph
@@ -65,6 +68,7 @@ class AgentData:
     y_test: torch.Tensor
     x_pilot: torch.Tensor
     n_classes: int
+    y_pilot: torch.Tensor | None = None  # pilot labels (stratified/prototype pilot strategies)
 
 
 @dataclass
@@ -80,13 +84,16 @@ class Agent:
     steps_per_epoch: int
 
 
-def build_optimizer(cfg: TrainConfig, params: Any) -> torch.optim.Optimizer:
-    """SGD (optionally Nesterov) or Adam, as configured."""
+def build_optimizer(
+    cfg: TrainConfig, params: Any, lr: float | None = None
+) -> torch.optim.Optimizer:
+    """SGD (optionally Nesterov) or Adam, as configured; ``lr`` overrides ``cfg.lr``."""
+    lr = cfg.lr if lr is None else lr
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.Adam(params, lr=lr, weight_decay=cfg.weight_decay)
     return torch.optim.SGD(
         params,
-        lr=cfg.lr,
+        lr=lr,
         momentum=cfg.momentum,
         weight_decay=cfg.weight_decay,
         nesterov=cfg.optimizer == "nesterov" and cfg.momentum > 0,
@@ -108,15 +115,23 @@ class DecentralizedAlgorithm:
     """Independent local training; subclasses add cooperation through hooks."""
 
     name = "base"
+    #: Per-phase timer (``with self.timer("exchange"): ...``); a no-op unless the
+    #: benchmark installs a :class:`~fedsheaf.bench.timer.PhaseTimer`.
+    timer: NullTimer | PhaseTimer = NULL_TIMER
 
     def __init__(self, agent: Agent, nbr: Exchange, reporter: Reporter) -> None:
         self.agent, self.nbr, self.reporter = agent, nbr, reporter
         self.cfg = agent.cfg
         self.model = agent.model
-        self.optimizer = build_optimizer(self.cfg.train, self.model.parameters())
+        own_lr = self.cfg.agents[agent.id].lr
+        self.optimizer = build_optimizer(self.cfg.train, self.model.parameters(), own_lr)
         self.is_head = {j: agent.graph.is_head(agent.id, j) for j in nbr.neighbours}
 
     # ---- hooks -------------------------------------------------------------
+    def task_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Loss of one private batch (subclasses may add terms on its latents)."""
+        return F.cross_entropy(self.model(x), y)
+
     def regulariser(self, epoch: int, step: int) -> torch.Tensor | None:
         """Extra loss term of this step (None: independent training)."""
         return None
@@ -139,34 +154,80 @@ class DecentralizedAlgorithm:
         """The map of edge {i, j} in head × tail shape."""
         raise NotImplementedError
 
+    def summary_extras(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """Rank 0: network-level numbers for summary.json from every agent's final record."""
+        return {}
+
+    def extra_state(self) -> dict[str, Any]:
+        """Algorithm state beyond model and optimizer that a resumed run needs."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_state` returned."""
+
+    # ---- checkpoints -------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything this rank needs to continue after the current epoch."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "rng": checkpoint.rng_state(self.model),
+            "extra": self.extra_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; hyperparameters (lr, …) stay as configured now."""
+        configured = [
+            {k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups
+        ]
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (KeyError, RuntimeError, ValueError) as exc:
+            raise checkpoint.CheckpointError(
+                f"agent {self.agent.id}: checkpoint does not fit this model/config: {exc}"
+            ) from None
+        for group, hyper in zip(self.optimizer.param_groups, configured, strict=True):
+            group.update(hyper)
+        checkpoint.set_rng_state(self.model, state["rng"])
+        self.load_extra_state(state["extra"])
+
     # ---- the loop ----------------------------------------------------------
     def train_epoch(self, epoch: int) -> float:
         a, tc = self.agent, self.cfg.train
         self.model.train()
         gen = torch_generator(self.cfg.seed, "batches", a.id, epoch)
-        total = 0.0
+        total, timer = 0.0, self.timer
         for step, idx in enumerate(
             epoch_batches(len(a.data.y_train), tc.batch_size, a.steps_per_epoch, gen)
         ):
-            idx = idx.to(a.device)
-            logits = self.model(a.data.x_train[idx])
-            loss = F.cross_entropy(logits, a.data.y_train[idx])
-            extra = self.regulariser(epoch, step)
+            with timer("data"):
+                idx = idx.to(a.device)
+                x, y = a.data.x_train[idx], a.data.y_train[idx]
+            with timer("forward"):
+                loss = self.task_loss(x, y)
+                # checked before the exchange, so a diverged agent stops before its neighbours do
+                self._check_finite(loss, epoch, step)
+            extra = self.regulariser(epoch, step)  # times its own phases
             if extra is not None:
                 loss = loss + extra
-            if not torch.isfinite(loss):
-                raise TrainingDiverged(
-                    f"agent {a.id}: loss became {loss.item()} at epoch "
-                    f"{epoch} step {step} (try a smaller train.lr or "
-                    "sheaf.lam)"
-                )
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if tc.clip is not None:
-                torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip)
-            self.optimizer.step()
-            total += float(loss.detach())
+                self._check_finite(loss, epoch, step)
+            with timer("backward"):
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+            with timer("optimizer"):
+                if tc.clip is not None:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip)
+                self.optimizer.step()
+                total += float(loss.detach())
         return total / a.steps_per_epoch
+
+    def _check_finite(self, loss: torch.Tensor, epoch: int, step: int) -> None:
+        if not torch.isfinite(loss):
+            raise TrainingDiverged(
+                f"agent {self.agent.id}: loss became {loss.item()} in epoch {epoch + 1}, step "
+                f"{step + 1} (try a smaller train.lr, agents[{self.agent.id}].lr or sheaf.lam)"
+            )
 
     @torch.no_grad()
     def latents(self, x: torch.Tensor, batch: int = 1024) -> torch.Tensor:
@@ -208,9 +269,10 @@ class DecentralizedAlgorithm:
             record[f"comm_by_neighbour{split}"] = comm
         return record
 
-    def run(self) -> None:
+    def run(self, first_epoch: int = 0, after_epoch: Callable[[int], None] | None = None) -> None:
+        """Train from epoch ``first_epoch + 1`` on; ``after_epoch(n)`` runs after epoch ``n``."""
         epochs, every = self.cfg.train.epochs, self.cfg.train.eval_every
-        for epoch in range(epochs):
+        for epoch in range(first_epoch, epochs):
             start = time.perf_counter()
             loss = self.train_epoch(epoch)
             self.end_epoch(epoch)
@@ -222,3 +284,5 @@ class DecentralizedAlgorithm:
                 record["eval_bytes_sent"] = sum(self.nbr.take_round_bytes().values())
             record.update(epoch=epoch + 1, loss=loss, seconds=seconds, bytes_sent=sent)
             self.reporter.epoch(record)
+            if after_epoch is not None:
+                after_epoch(epoch + 1)

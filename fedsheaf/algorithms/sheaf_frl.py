@@ -3,17 +3,21 @@
 Per step: ``A_i = encoder(pilot batch)`` → ``nbr.exchange(A_i)`` returns every
 neighbour's ``A_j`` → maps of incident edges (refreshed per step, or fitted once
 per epoch from the pilot window) → ``sheaf_penalty`` joins the task loss.
+Which pilots make up ``A_i`` (uniform, stratified, prototypes, Parseval) is
+decided by :class:`~fedsheaf.algorithms.sheaf_frl_pilots.PilotPlan`; the
+homogeneous and strict-privacy variants live in ``sheaf_frl_variants``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm, Exchange, Reporter
-from fedsheaf.seeding import derive_seed
+from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
 from fedsheaf.sheaf.maps import PilotWindow, stiefel_map
 from fedsheaf.sheaf.penalty import agent_lambda, sheaf_penalty
-from fedsheaf.sheaf.pilots import PilotStream
 
 
 class SheafFRL(DecentralizedAlgorithm):
@@ -23,42 +27,58 @@ class SheafFRL(DecentralizedAlgorithm):
         super().__init__(agent, nbr, reporter)
         sc, dims = self.cfg.sheaf, agent.graph.dims
         self.lam_i = agent_lambda(sc.lam, dims[agent.id])
-        # Same seed on every rank (no agent id): all agents encode the same pilots.
-        self.pilots = PilotStream(
-            derive_seed(self.cfg.seed, "pilots"),
-            len(agent.data.x_pilot),
-            min(sc.pilot_batch, len(agent.data.x_pilot)),
-        )
-        self.recv_shapes = [(dims[j], self.pilots.batch) for j in nbr.neighbours]
+        # Built from the run seed only: every agent encodes the same pilots.
+        self.pilots = PilotPlan(sc, self.cfg.seed, agent.data.x_pilot, agent.data.y_pilot)
+        self.recv_shapes = [(dims[j], self.pilots.columns) for j in nbr.neighbours]
         self.maps: dict[int, torch.Tensor] = {}
         self.window = PilotWindow()
+
+    def pilot_matrix(self, epoch: int, step: int) -> torch.Tensor:
+        """This step's ``A_i`` (d_i × K), differentiable w.r.t. the encoder."""
+        return self.pilots.features(self.model.encode, self.agent.data.x_pilot, epoch, step)
 
     def _head_tail(self, j: int, a_own: torch.Tensor, a_j: torch.Tensor):
         return (a_own, a_j) if self.is_head[j] else (a_j, a_own)
 
     def regulariser(self, epoch: int, step: int) -> torch.Tensor:
-        a = self.agent
-        idx = torch.as_tensor(self.pilots.indices(epoch, step), device=a.device)
-        a_own = self.model.encode(a.data.x_pilot[idx]).T  # d_i × K
-        received = self.nbr.exchange(a_own, shapes=self.recv_shapes, device=a.device)
+        a, timer = self.agent, self.timer
+        with timer("pilot_forward"):
+            a_own = self.pilot_matrix(epoch, step)
+        with timer("exchange"):
+            received = self.nbr.exchange(a_own, shapes=self.recv_shapes, device=a.device)
         own = a_own.detach()
-        for j, a_j in zip(self.nbr.neighbours, received, strict=True):
-            head, tail = self._head_tail(j, own, a_j)
-            if self.cfg.sheaf.map_refresh == "step" or j not in self.maps:
-                self.maps[j] = stiefel_map(head, tail)
-            if self.cfg.sheaf.map_refresh == "epoch":
-                self.window.add(j, head, tail)
-        terms = [
-            (a_j, self.maps[j], self.is_head[j])
-            for j, a_j in zip(self.nbr.neighbours, received, strict=True)
-        ]
-        return sheaf_penalty(a_own, terms, self.lam_i)
+        with timer("maps"):
+            for j, a_j in zip(self.nbr.neighbours, received, strict=True):
+                head, tail = self._head_tail(j, own, a_j)
+                if self.cfg.sheaf.map_refresh == "step" or j not in self.maps:
+                    self.maps[j] = stiefel_map(head, tail)
+                if self.cfg.sheaf.map_refresh == "epoch":
+                    self.window.add(j, head, tail)
+        with timer("penalty"):
+            terms = [
+                (a_j, self.maps[j], self.is_head[j])
+                for j, a_j in zip(self.nbr.neighbours, received, strict=True)
+            ]
+            return sheaf_penalty(a_own, terms, self.lam_i)
 
     def end_epoch(self, epoch: int) -> None:
         if self.cfg.sheaf.map_refresh == "epoch":
-            for j in self.nbr.neighbours:
-                self.maps[j] = self.window.fit(j, dtype=torch.float32).to(self.agent.device)
-            self.window.reset()
+            with self.timer("maps"):
+                for j in self.nbr.neighbours:
+                    self.maps[j] = self.window.fit(j, dtype=torch.float32).to(self.agent.device)
+                self.window.reset()
 
     def edge_map(self, j: int) -> torch.Tensor:
         return self.maps[j]
+
+    def extra_state(self) -> dict[str, Any]:
+        return {
+            "maps": {j: v.cpu() for j, v in self.maps.items()},
+            "window": {j: (cross.cpu(), n) for j, (cross, n) in self.window.state().items()},
+        }
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.maps = {int(j): v.to(self.agent.device) for j, v in state["maps"].items()}
+        self.window.load_state(
+            {int(j): (cross.to(self.agent.device), n) for j, (cross, n) in state["window"].items()}
+        )

@@ -2,38 +2,47 @@
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from fedsheaf import experiment
+from fedsheaf import checkpoint, experiment
 from fedsheaf.algorithms import DECENTRALIZED
-from fedsheaf.algorithms.base import Agent
-from fedsheaf.config import ExperimentConfig, dump_config, load_config
+from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
+from fedsheaf.config import ExperimentConfig, dump_config, load_config, resume_config
+from fedsheaf.errors import ConfigError, FedsheafError
 from fedsheaf.progress import Recorder, agent_table
 from fedsheaf.results import RunDir
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import World, init_world
 
 
-def run_decentralized(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
-    """Run a graph-coupled algorithm with one agent per rank; rank 0 returns the summary."""
+def run_decentralized(
+    cfg: ExperimentConfig,
+    world: World,
+    make: Callable[..., DecentralizedAlgorithm] | None = None,
+) -> dict[str, Any] | None:
+    """Run a graph-coupled algorithm with one agent per rank; rank 0 returns the summary.
+
+    ``make(agent, nbr, reporter)`` builds the algorithm (default: the registry's entry
+    for ``cfg.algorithm``; fedsheaf.runtime.hub passes one that also holds the server).
+    """
     graph = world.agree(lambda: experiment.build_graph(cfg, world.size))
     ds, part = world.agree(lambda: experiment.load_and_partition(cfg))
     data = world.agree(lambda: experiment.agent_data(ds, part, world.rank, world.device))
     steps = experiment.steps_per_epoch(cfg, part)
-    run_dir = world.agree(
-        lambda: (
-            RunDir(f"{cfg.output.dir}/{cfg.run_name()}", cfg.output.overwrite)
-            if world.is_root
-            else None
-        )
-    )
+    run_path = Path(cfg.output.dir) / cfg.run_name()
+    run_dir = world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
     if run_dir is not None:
         run_dir.write_config(dump_config(cfg))
     model = experiment.agent_model(cfg, ds, world.rank, world.device)
     agent = Agent(world.rank, cfg, graph, data, model, world.device, steps)
     nbr = Neighbourhood(world.comm, graph.neighbours(world.rank))
     recorder = Recorder(world, run_dir, cfg.train.epochs)
+    algo = (make or DECENTRALIZED[cfg.algorithm])(agent, nbr, recorder)
+    first_epoch = restore(world, run_path, algo, nbr, recorder) if cfg.checkpoint.resume else 0
     world.log(
         f"fedsheaf: {cfg.algorithm} '{cfg.name}' on {graph.name} ({graph.n} agents, "
         f"{len(graph.edges)} edges), {ds.name} s={cfg.data.shift}, {cfg.train.epochs} "
@@ -42,7 +51,7 @@ def run_decentralized(cfg: ExperimentConfig, world: World) -> dict[str, Any] | N
     if run_dir is not None:
         world.log(f"fedsheaf: writing {run_dir.path}")
     start = time.perf_counter()
-    DECENTRALIZED[cfg.algorithm](agent, nbr, recorder).run()
+    algo.run(first_epoch, checkpointer(cfg, world, run_path, algo, nbr, recorder))
     elapsed = time.perf_counter() - start
     nbr.free()
     if not world.is_root or recorder.last is None:
@@ -58,8 +67,12 @@ def run_decentralized(cfg: ExperimentConfig, world: World) -> dict[str, Any] | N
         agents=final["agents"],
         bytes_sent_total=sum(r["bytes_sent"] for r in recorder.history),
     )
+    extras = algo.summary_extras(final["agents"])  # e.g. Sheaf-FMTL's map memory
+    summary.update(extras)
     run_dir.write_summary(summary)
     world.log("\n" + agent_table(final["agents"]))
+    if extras:
+        world.log("\n" + "  ".join(f"{k} {v}" for k, v in extras.items()))
     world.log(
         f"\nnetwork: private {summary['private_acc']:.3f}  comm {summary['comm_acc']:.3f}"
         f"  comm (degree-weighted) {summary['comm_acc_deg']:.3f}  "
@@ -68,19 +81,99 @@ def run_decentralized(cfg: ExperimentConfig, world: World) -> dict[str, Any] | N
     return summary
 
 
-def main(config_path: str, overrides: list[str]) -> int:
-    """Entry point of ``fedsheaf run`` on every rank."""
+def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
+    """Rank 0: the run directory, refusing to start over an unfinished run by accident."""
+    if not cfg.checkpoint.resume:
+        checkpoint.check_fresh_start(path, cfg.output.overwrite)
+    return RunDir(path, cfg.output.overwrite)
+
+
+def restore(
+    world: World,
+    run_path: Path,
+    algo: DecentralizedAlgorithm,
+    nbr: Neighbourhood,
+    recorder: Recorder,
+) -> int:
+    """Load the newest complete checkpoint on every rank; returns the epochs already done."""
+    ckpt = world.bcast(
+        world.agree(lambda: checkpoint.latest(run_path, world.size) if world.is_root else None)
+    )
+    history: list[dict[str, Any]] = []
+    if ckpt is None:
+        world.log(f"fedsheaf: no complete checkpoint in {run_path}; starting from epoch 1")
+    else:
+        state = world.agree(lambda: checkpoint.load_rank(ckpt, world.rank))
+        world.agree(lambda: algo.load_state_dict(state["algorithm"]))
+        nbr.bytes_total = dict(state["bytes_total"])
+        history = state.get("history", [])
+        world.log(f"fedsheaf: resuming {run_path} after epoch {ckpt.epoch}")
+    if world.is_root:  # metrics of epochs after the checkpoint are written again
+        recorder.restore(history)
+        checkpoint.rewrite_metrics(run_path / "metrics.jsonl", history)
+    return 0 if ckpt is None else ckpt.epoch
+
+
+def checkpointer(
+    cfg: ExperimentConfig,
+    world: World,
+    run_path: Path,
+    algo: DecentralizedAlgorithm,
+    nbr: Neighbourhood,
+    recorder: Recorder,
+) -> Callable[[int], None] | None:
+    """The after-epoch hook: every rank saves, then rank 0 commits the manifest."""
+    every, keep = cfg.checkpoint.every, cfg.checkpoint.keep
+
+    def save(epochs_done: int) -> None:
+        if not checkpoint.due(epochs_done, every):
+            return
+        state = {"algorithm": algo.state_dict(), "bytes_total": dict(nbr.bytes_total)}
+        if world.is_root:
+            state["history"] = recorder.history
+        checkpoint.save_rank(run_path, epochs_done, world.rank, state)
+        world.barrier()  # every rank's file is on disk before the manifest names it
+        if world.is_root:
+            checkpoint.commit(run_path, epochs_done, world.size, keep)
+
+    return save if every > 0 else None
+
+
+def run_config(
+    config_path: str | None, overrides: list[str], resume_dir: str | None
+) -> ExperimentConfig:
+    """``fedsheaf run CONFIG [overrides]`` or ``fedsheaf run --resume RUN_DIR [overrides]``."""
+    if resume_dir is None and config_path is None:
+        raise ConfigError("fedsheaf run needs a CONFIG file or --resume RUN_DIR")
+    if resume_dir is not None and config_path is not None:
+        raise ConfigError(f"give a CONFIG file or --resume RUN_DIR, not both ({config_path})")
+    if resume_dir is not None:
+        return resume_config(resume_dir, overrides)
+    return load_config(config_path, overrides)
+
+
+def main(config_path: str | None, overrides: list[str], resume_dir: str | None = None) -> int:
+    """Entry point of ``fedsheaf run`` on every rank (``resume_dir``: ``--resume RUN_DIR``)."""
     world = init_world()
-    cfg = world.agree(lambda: load_config(config_path, overrides))
+    cfg = world.agree(lambda: run_config(config_path, overrides, resume_dir))
     if cfg.train.device != "auto":
         from fedsheaf.runtime.world import choose_device
 
         world.device = world.agree(lambda: choose_device(cfg.train.device, world.local_rank))
-    if cfg.decentralized:
-        run_decentralized(cfg, world)
-    else:
-        from fedsheaf.runtime.server_launch import run_server_based
+    try:
+        if cfg.decentralized:
+            run_decentralized(cfg, world)
+        elif cfg.hub_based:  # FedProto, FedMuscle: agents on a graph plus a server rank
+            from fedsheaf.runtime.hub import run_hub
 
-        run_server_based(cfg, world)
+            run_hub(cfg, world)
+        else:
+            from fedsheaf.runtime.server_launch import run_server_based
+
+            run_server_based(cfg, world)
+    except FedsheafError as exc:
+        # Raised mid-run on some ranks (e.g. a diverged loss) while the others wait in a
+        # collective: the runtime's abort hook names this rank and ends the whole job.
+        sys.excepthook(type(exc), exc, exc.__traceback__)
     world.barrier()
     return 0

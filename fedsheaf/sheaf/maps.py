@@ -258,3 +258,14 @@ class PilotWindow:
         """Start a new window (drops every neighbour's accumulator)."""
         self._cross.clear()
         self._count.clear()
+
+    def state(self) -> dict[Hashable, tuple[Tensor, int]]:
+        """The window's running sums per neighbour: ``{neighbour: (cross, samples)}``."""
+        return {j: (self._cross[j], self._count[j]) for j in self._cross}
+
+    def load_state(self, state: dict[Hashable, tuple[Tensor, int]]) -> None:
+        """Replace the window by one returned from :meth:`state` (checkpoint restore)."""
+        self.reset()
+        for j, (cross, count) in state.items():
+            self._cross[j] = cross.to(torch.float64)
+            self._count[j] = int(count)

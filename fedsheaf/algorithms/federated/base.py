@@ -25,8 +25,13 @@ round or client to the next.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fedsheaf.config import FederatedConfig
+
+if TYPE_CHECKING:
+    from fedsheaf.algorithms.federated.task import Task
+    from fedsheaf.config import ExperimentConfig
 
 PARTS = ("all", "body", "head", "none")
 
@@ -68,6 +73,12 @@ class FedAvg:
     def final_schedule(self) -> list[Phase]:
         """What every client trains once after the last round (shared part frozen)."""
         return []
+
+    def make_task(self, cfg: ExperimentConfig) -> Task:
+        """Data, model, local solver and evaluation (default: SPEC §4 classification)."""
+        from fedsheaf.algorithms.federated.task import Task  # task.py imports this module
+
+        return Task(cfg, self)
 
     @property
     def has_final_round(self) -> bool:

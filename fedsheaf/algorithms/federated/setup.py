@@ -1,0 +1,122 @@
+"""Build what one rank needs for a server-based run: its clients' data and the model.
+
+The shard partition is a deterministic function of the seed, so every rank
+derives it locally and keeps only the clients it hosts; no data travels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from fedsheaf.config import ExperimentConfig
+from fedsheaf.data.partition import fedrep_shards
+from fedsheaf.data.sources import Dataset, clear_cache, dataset_shape, load_dataset
+from fedsheaf.errors import ConfigError
+from fedsheaf.models.fedrep_cnn import FedRepCNN, build_fedrep_cnn
+from fedsheaf.seeding import derive_seed
+
+
+@dataclass
+class ClientData:
+    """One client's tensors, already on its rank's device."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    classes: tuple[int, ...]
+
+    @property
+    def n_train(self) -> int:
+        return int(self.y_train.shape[0])
+
+
+def check_ranks(cfg: ExperimentConfig, n_ranks: int) -> None:
+    """Rank count against clients: one server plus 1..``federated.clients`` workers."""
+    fc = cfg.federated
+    if n_ranks < 2:
+        raise ConfigError(
+            f"server-based algorithm {cfg.algorithm} needs at least 2 ranks (1 server + "
+            f"1 worker), got {n_ranks}; launch with mpiexec -n 2 or more"
+        )
+    workers = n_ranks - 1
+    if workers > fc.clients:
+        raise ConfigError(
+            f"{workers} worker ranks but federated.clients={fc.clients}: every worker rank "
+            f"needs a client; launch with at most {fc.clients + 1} ranks"
+        )
+
+
+def check_setup(cfg: ExperimentConfig, n_ranks: int) -> None:
+    """Checks that need no data: rank count against clients, data set, shard counts."""
+    fc = cfg.federated
+    check_ranks(cfg, n_ranks)
+    if cfg.data.dataset == "digits":
+        raise ConfigError(
+            "data.dataset=digits has no test split and 8x8 images (the FedRep CNN needs "
+            "at least 16x16); use mnist, fashionmnist or cifar10"
+        )
+    n_classes = dataset_shape(cfg.data.dataset)[3]
+    if fc.classes_per_client > n_classes:
+        raise ConfigError(
+            f"federated.classes_per_client={fc.classes_per_client} exceeds the "
+            f"{n_classes} classes of {cfg.data.dataset}"
+        )
+    if (fc.clients * fc.classes_per_client) % n_classes:
+        raise ConfigError(
+            f"federated.clients * federated.classes_per_client = "
+            f"{fc.clients * fc.classes_per_client} must be a multiple of the {n_classes} "
+            f"classes of {cfg.data.dataset} (each class is cut into equal shard counts)"
+        )
+
+
+def _split(cfg: ExperimentConfig, split: str) -> Dataset:
+    dc = cfg.data
+    ds = load_dataset(dc.dataset, dc.root, split, dc.download)
+    if dc.limit is not None and dc.limit < len(ds.y):
+        ds = Dataset(ds.name, ds.x[: dc.limit], ds.y[: dc.limit], ds.n_classes)
+    return ds
+
+
+def load_clients(
+    cfg: ExperimentConfig, clients: Sequence[int], device: torch.device
+) -> dict[int, ClientData]:
+    """The data of ``clients`` (FedRep shards of the train and test splits) on ``device``.
+
+    ``data.limit`` keeps the first N samples of each split. Every rank runs the
+    same partition, so errors (missing files, too few samples) appear everywhere.
+    """
+    fc = cfg.federated
+    train, test = _split(cfg, "train"), _split(cfg, "test")
+    shards = fedrep_shards(
+        train.y.numpy(),
+        test.y.numpy(),
+        fc.clients,
+        fc.classes_per_client,
+        derive_seed(cfg.seed, "partition"),
+        train_per_client=fc.train_per_client,
+        test_per_client=fc.test_per_client,
+        n_classes=train.n_classes,
+    )
+    out = {}
+    for c in clients:
+        s = shards[c]
+        itr, ite = torch.as_tensor(s.train), torch.as_tensor(s.test)
+        out[c] = ClientData(
+            train.x[itr].to(device),
+            train.y[itr].to(device),
+            test.x[ite].to(device),
+            test.y[ite].to(device),
+            s.classes,
+        )
+    clear_cache()  # the full splits are no longer needed on this rank
+    return out
+
+
+def build_model(cfg: ExperimentConfig) -> FedRepCNN:
+    """The common initial model (on CPU): every client and the server start from it."""
+    c, h, w, n_classes = dataset_shape(cfg.data.dataset)
+    return build_fedrep_cnn(c, (h, w), n_classes, seed=derive_seed(cfg.seed, "model"))

@@ -1,0 +1,201 @@
+"""Local training and evaluation of the clients hosted on one rank (no MPI).
+
+One rank may host many clients; they take turns in one model. A client's
+*state* is its private parameters (those not shared); before a client trains
+or is evaluated, the model is loaded with the broadcast shared vector and the
+client's own private parameters. A local update runs the algorithm's schedule
+phase by phase -- each phase unfreezes one part of the model and builds a fresh
+optimiser over just that part (see :mod:`.base` for what that means for
+momentum and weight decay) -- then returns the shared part as a flat vector.
+
+A head-only phase without augmentation trains the head on the body's features
+computed once (the body is frozen and the model has no dropout or BatchNorm,
+so this is the same computation as running the body on every batch, and much
+cheaper).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedsheaf.algorithms.base import TrainingDiverged, build_optimizer
+from fedsheaf.algorithms.federated.base import FedAvg, Phase
+from fedsheaf.algorithms.federated.params import ParamSet
+from fedsheaf.algorithms.federated.setup import ClientData
+from fedsheaf.config import TrainConfig
+from fedsheaf.data.loaders import batches, n_batches, random_crop_flip
+from fedsheaf.seeding import derive_seed, torch_generator
+
+EVAL_BATCH = 1000
+
+
+class ClientRunner:
+    """Trains and evaluates the clients of one rank, one at a time.
+
+    Parameters
+    ----------
+    algorithm:
+        Decides the shared part and the schedules.
+    model:
+        The common initial model (moved to ``device``); it must provide
+        ``head_names()``, ``body_names()``, ``representation(x)`` and its head
+        module under the attribute named by ``model.HEAD``.
+    clients:
+        This rank's clients and their data.
+    train:
+        Batch size, optimiser, lr, momentum, weight decay, grad clip.
+    augment:
+        Random crop (pad 4) and horizontal flip of training batches.
+    seed:
+        Run seed; batches and augmentation derive from (seed, client, round, phase).
+    """
+
+    def __init__(
+        self,
+        algorithm: FedAvg,
+        model: nn.Module,
+        clients: Mapping[int, ClientData],
+        train: TrainConfig,
+        augment: bool,
+        seed: int,
+        device: torch.device,
+    ) -> None:
+        self.algorithm, self.train, self.augment, self.seed = algorithm, train, augment, seed
+        self.model = model.to(device)
+        self.clients = dict(clients)
+        names = [n for n, _ in self.model.named_parameters()]
+        self.parts = {
+            "all": names,
+            "head": list(self.model.head_names()),
+            "body": list(self.model.body_names()),
+            "none": [],
+        }
+        self.shared = ParamSet(self.model, self.parts[algorithm.shared])
+        self.private = [n for n in names if n not in set(self.shared.names)]
+        initial = self._snapshot(self.private)  # shared by all clients until they train
+        self.state: dict[int, dict[str, torch.Tensor]] = {c: initial for c in self.clients}
+
+    # ---- client state ---------------------------------------------------------
+    def _snapshot(self, names: list[str]) -> dict[str, torch.Tensor]:
+        params = dict(self.model.named_parameters())
+        return {n: params[n].detach().clone() for n in names}
+
+    @torch.no_grad()
+    def install(self, client: int, shared: np.ndarray) -> None:
+        """Load the broadcast shared vector and ``client``'s own parameters."""
+        self.shared.load(self.model, shared)
+        params = dict(self.model.named_parameters())
+        for name, value in self.state[client].items():
+            params[name].copy_(value)
+
+    # ---- training -------------------------------------------------------------
+    def local_update(
+        self, client: int, shared: np.ndarray, round_: int
+    ) -> tuple[np.ndarray, float]:
+        """Run the local schedule; return the new shared vector and the mean loss."""
+        self.install(client, shared)
+        loss = self.run_schedule(client, self.algorithm.local_schedule(), round_)
+        self.state[client] = self._snapshot(self.private)
+        return self.shared.flatten(self.model), loss
+
+    def final_update(self, client: int, shared: np.ndarray, round_: int) -> float:
+        """Run the final schedule (e.g. head fine-tuning); the client keeps what it trained."""
+        schedule = self.algorithm.final_schedule()
+        self.install(client, shared)
+        loss = self.run_schedule(client, schedule, round_)
+        trained = {n for p in schedule if p.epochs for n in self.parts[p.part]}
+        keep = [n for n, _ in self.model.named_parameters() if n in trained or n in self.private]
+        self.state[client] = self._snapshot(keep)
+        return loss
+
+    def run_schedule(self, client: int, schedule: list[Phase], round_: int) -> float:
+        """Train ``client`` (already installed) through ``schedule``; mean batch loss."""
+        total, steps = 0.0, 0
+        for k, phase in enumerate(schedule):
+            if phase.epochs == 0:
+                continue
+            loss_sum, n = self._run_phase(client, phase, round_, k)
+            total, steps = total + loss_sum, steps + n
+        for p in self.model.parameters():
+            p.requires_grad_(True)
+        return total / steps if steps else float("nan")
+
+    def _run_phase(self, client: int, phase: Phase, round_: int, k: int) -> tuple[float, int]:
+        data, tc = self.clients[client], self.train
+        trainable = set(self.parts[phase.part])
+        params = []
+        for name, p in self.model.named_parameters():
+            p.requires_grad_(name in trainable)
+            if name in trainable:
+                params.append(p)
+        optimizer = build_optimizer(tc, params)  # fresh: no momentum from earlier phases
+        cached = phase.part == "head" and not self.augment
+        if cached:
+            forward: Any = self.model.get_submodule(self.model.HEAD)
+            inputs = self._features(data.x_train)
+        else:
+            forward, inputs = self.model, data.x_train
+        gen = torch_generator(self.seed, "augment", client, round_, k) if self.augment else None
+        batch_seed = derive_seed(self.seed, "batches", client, round_, k)
+        index = np.arange(data.n_train)
+        schedule = self.lr_schedule(
+            optimizer, phase.epochs * n_batches(data.n_train, tc.batch_size)
+        )
+        self.model.train()
+        loss_sum, steps = 0.0, 0
+        for epoch in range(phase.epochs):
+            for xb, yb in batches(inputs, data.y_train, index, tc.batch_size, batch_seed, epoch):
+                if gen is not None:
+                    xb = random_crop_flip(xb, 4, gen)
+                loss = self.batch_loss(client, forward, xb, yb)
+                if not torch.isfinite(loss):
+                    raise TrainingDiverged(
+                        f"client {client}: loss became {loss.item()} in round {round_ + 1} "
+                        f"({phase.part} phase, epoch {epoch + 1}); try a smaller train.lr"
+                    )
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if tc.clip is not None:
+                    torch.nn.utils.clip_grad_norm_(params, tc.clip)
+                optimizer.step()
+                if schedule is not None:
+                    schedule.step()
+                loss_sum += float(loss.detach())
+                steps += 1
+        return loss_sum, steps
+
+    def batch_loss(self, client: int, forward: Any, xb: torch.Tensor, yb: torch.Tensor) -> Any:
+        """Training loss of one batch: cross-entropy here; other tasks override it."""
+        return F.cross_entropy(forward(xb), yb)
+
+    def lr_schedule(self, optimizer: torch.optim.Optimizer, total_steps: int) -> Any:
+        """Per-step learning-rate schedule of one phase (``None``: constant ``train.lr``)."""
+        return None
+
+    @torch.no_grad()
+    def _features(self, x: torch.Tensor) -> torch.Tensor:
+        self.model.eval()
+        return torch.cat(
+            [self.model.representation(x[i : i + EVAL_BATCH]) for i in range(0, len(x), EVAL_BATCH)]
+        )
+
+    # ---- evaluation -----------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, client: int, shared: np.ndarray) -> tuple[int, int, float]:
+        """(correct, total, summed cross-entropy) on the client's local test set."""
+        self.install(client, shared)
+        self.model.eval()
+        data = self.clients[client]
+        correct, loss = 0, 0.0
+        for i in range(0, len(data.y_test), EVAL_BATCH):
+            logits = self.model(data.x_test[i : i + EVAL_BATCH])
+            y = data.y_test[i : i + EVAL_BATCH]
+            correct += int((logits.argmax(dim=1) == y).sum())
+            loss += float(F.cross_entropy(logits, y, reduction="sum"))
+        return correct, len(data.y_test), loss

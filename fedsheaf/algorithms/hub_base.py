@@ -1,0 +1,64 @@
+"""Shared parts of the centralized heterogeneous baselines (FedProto, FedMuscle).
+
+These run as agents on a graph *plus* one server (``fedsheaf.runtime.hub``). An agent
+is a :class:`HubAgent`: the non-cooperative agent (post-hoc maps for communication
+accuracy, SPEC §3) that also talks to the server through a :class:`Hub`. The server
+side of each algorithm is a small class with a ``serve()`` loop that mirrors the
+agents' schedule call for call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from fedsheaf.algorithms.base import Agent, Exchange, Reporter
+from fedsheaf.algorithms.noncoop import NonCooperative
+from fedsheaf.config import ExperimentConfig
+
+
+class Hub(Protocol):
+    """The star between agents and server (see ``fedsheaf.runtime.hub.StarHub``)."""
+
+    n_agents: int
+
+    def upload(self, rows: np.ndarray, kind: str) -> None: ...
+
+    def collect(self, shape: tuple[int, int], kind: str, dtype: Any = ...) -> np.ndarray: ...
+
+    def broadcast(
+        self, mat: np.ndarray | None, shape: tuple[int, int], kind: str
+    ) -> np.ndarray: ...
+
+    def take_bytes(self) -> dict[str, int]: ...
+
+
+@dataclass(frozen=True)
+class HubContext:
+    """What the server must know to follow the agents' schedule."""
+
+    cfg: ExperimentConfig
+    n_agents: int
+    dim: int
+    n_classes: int
+    steps_per_epoch: int
+    n_pilots: int
+
+
+class HubAgent(NonCooperative):
+    """A non-cooperative agent with a line to the server."""
+
+    def __init__(
+        self, agent: Agent, nbr: Exchange, reporter: Reporter, hub: Hub, ctx: HubContext
+    ) -> None:
+        super().__init__(agent, nbr, reporter)
+        self.hub, self.ctx = hub, ctx
+        self.hub_bytes = 0
+
+    def evaluate(self) -> dict[str, Any]:
+        record = super().evaluate()
+        self.hub_bytes += sum(v for k, v in self.hub.take_bytes().items() if k.endswith("_sent"))
+        record["server_bytes_sent"] = self.hub_bytes
+        return record

@@ -1,0 +1,164 @@
+"""Sheaf-FRL variants that send *transported* pilots (seed 000, App. D and F).
+
+In these variants agent i keeps, per neighbour j, its own map ``P_ij`` from its latent
+space into the edge stalk (the head's space, dimension ``max(d_i, d_j)``) and sends
+``m_{i→j} = P_ij A_i`` — a different message per neighbour (``nbr.exchange_each``).
+The penalty of edge {i, j} seen from i is ``‖P_ij A_i − m_{j→i}‖²_F``; since
+``P_ijᵀP_ij = I`` its gradient is ``A_i − P_ijᵀ m_{j→i}``, the SPEC §2 gradient with the
+effective map ``P_ijᵀ P_ji`` (seed 000, Eq. 42). A refit of ``P_ij`` is the closed form
+``argmin_P ‖P A_i − m_{j→i}‖`` (:func:`~fedsheaf.sheaf.maps.stiefel_map`): a full SVD when
+the stalk is i's own space (O(d_i)), a thin one otherwise.
+
+* **homogeneous** (Algorithm 2, equal d): heads keep ``P = I`` (they send raw pilots and
+  solve nothing); tails fit ``P ∈ O(d)``. One SVD per edge instead of two.
+* **strict** (Algorithms 3/4): both ends start from seeded random maps and refit, so a
+  raw ``A_i`` never leaves its rank. With ``map_refresh: step`` both ends refit every
+  step from the messages just received (Algorithm 3 literally): each end's effective
+  map ``P_ijᵀP_ji`` in that step's gradient is then the best fit on that batch, but the
+  pair of *new* maps no longer matches (each was fitted against the other's old one),
+  so before evaluation the tails refit once more against the heads' current maps on a
+  pilot batch. With a pilot window the two ends take turns — heads at refreshes 0, 2,
+  4, …, tails at 1, 3, … — so the maps used during an epoch always match.
+
+Test latents for communication accuracy travel the same way: ``P_ij z`` out, and the
+receiver maps what it gets back with ``P_jiᵀ`` (its own map) before decoding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fedsheaf.algorithms.base import Agent, Exchange, Reporter
+from fedsheaf.algorithms.sheaf_frl import SheafFRL
+from fedsheaf.metrics import accuracy
+from fedsheaf.seeding import torch_generator
+from fedsheaf.sheaf.maps import random_stiefel, stiefel_map
+
+
+class TransportedSheafFRL(SheafFRL):
+    """Shared machinery: per-neighbour maps ``P_ij`` and transported messages."""
+
+    def __init__(self, agent: Agent, nbr: Exchange, reporter: Reporter) -> None:
+        super().__init__(agent, nbr, reporter)
+        dims, i = agent.graph.dims, agent.id
+        self.stalk = {j: max(dims[i], dims[j]) for j in nbr.neighbours}
+        self.out_maps = {j: self.initial_map(j).to(agent.device) for j in nbr.neighbours}
+        self.msg_shapes = [(self.stalk[j], self.pilots.columns) for j in nbr.neighbours]
+        self.refreshes = 0
+
+    # ---- what the variants decide -------------------------------------------
+    def initial_map(self, j: int) -> torch.Tensor:
+        """``P_ij`` before the first refit (stalk × d_i)."""
+        raise NotImplementedError
+
+    def side_refits(self, head: bool, refresh: int) -> bool:
+        """Whether the head (or tail) end of an edge refits its map at refresh ``refresh``."""
+        raise NotImplementedError
+
+    def refits(self, j: int, refresh: int) -> bool:
+        """Whether this agent refits ``P_ij`` at refresh number ``refresh``."""
+        return self.side_refits(self.is_head[j], refresh)
+
+    # ---- the step -----------------------------------------------------------
+    def regulariser(self, epoch: int, step: int) -> torch.Tensor:
+        a_own = self.pilot_matrix(epoch, step)
+        own = a_own.detach()
+        received = self.nbr.exchange_each(
+            [self.out_maps[j] @ own for j in self.nbr.neighbours],
+            shapes=self.msg_shapes,
+            device=self.agent.device,
+        )
+        refresh_now = self.cfg.sheaf.map_refresh == "step" or self.refreshes == 0
+        for j, m in zip(self.nbr.neighbours, received, strict=True):
+            if refresh_now and self.refits(j, self.refreshes):
+                self.out_maps[j] = stiefel_map(m, own)
+            # a message sent just before the sender refitted does not belong in the window
+            stale = refresh_now and self.side_refits(not self.is_head[j], self.refreshes)
+            if self.cfg.sheaf.map_refresh == "epoch" and not stale:
+                self.window.add(j, m, own)
+        if refresh_now:
+            self.refreshes += 1
+        total = a_own.new_zeros(())
+        for j, m in zip(self.nbr.neighbours, received, strict=True):
+            total = total + (self.out_maps[j] @ a_own - m.to(a_own.dtype)).pow(2).sum()
+        return total * (self.lam_i / (2 * a_own.shape[1]))
+
+    def end_epoch(self, epoch: int) -> None:
+        if self.cfg.sheaf.map_refresh != "epoch":
+            return
+        for j in self.nbr.neighbours:
+            if self.refits(j, self.refreshes) and self.window.samples(j) > 0:
+                self.out_maps[j] = self.window.fit(j, dtype=torch.float32).to(self.agent.device)
+        self.refreshes += 1
+        self.window.reset()
+
+    @torch.no_grad()
+    def communication_accuracy(self, x: torch.Tensor, y: torch.Tensor) -> dict[int, float]:
+        z = self.latents(x)
+        labels = y.to(z.dtype).unsqueeze(1)
+        received = self.nbr.exchange_each(
+            [torch.cat([z @ self.out_maps[j].T, labels], dim=1) for j in self.nbr.neighbours],
+            device=self.agent.device,
+        )
+        out = {}
+        for j, m in zip(self.nbr.neighbours, received, strict=True):
+            zj, yj = m[:, :-1], m[:, -1].long()
+            out[j] = accuracy(self.decode(zj @ self.out_maps[j]), yj)
+        return out
+
+    def edge_map(self, j: int) -> torch.Tensor:
+        raise NotImplementedError("transported variants hold no whole edge map")
+
+    def extra_state(self) -> dict[str, Any]:
+        state = super().extra_state()
+        state.update(
+            out_maps={j: p.cpu() for j, p in self.out_maps.items()}, refreshes=self.refreshes
+        )
+        return state
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        super().load_extra_state(state)
+        self.out_maps = {int(j): p.to(self.agent.device) for j, p in state["out_maps"].items()}
+        self.refreshes = int(state["refreshes"])
+
+
+class HomogeneousSheafFRL(TransportedSheafFRL):
+    """Algorithm 2: heads send raw pilots (``O = I``); only tails solve an SVD."""
+
+    def initial_map(self, j: int) -> torch.Tensor:
+        d = self.agent.graph.dims[self.agent.id]
+        return torch.eye(d)
+
+    def side_refits(self, head: bool, refresh: int) -> bool:
+        return not head
+
+
+class StrictSheafFRL(TransportedSheafFRL):
+    """Algorithms 3/4: seeded random masks, both ends refit, raw pilots stay home."""
+
+    def initial_map(self, j: int) -> torch.Tensor:
+        i, d_i = self.agent.id, self.agent.graph.dims[self.agent.id]
+        gen = torch_generator(self.cfg.seed, "strict-mask", i, j)
+        return random_stiefel(self.stalk[j], d_i, gen)
+
+    def side_refits(self, head: bool, refresh: int) -> bool:
+        if self.cfg.sheaf.map_refresh == "step":
+            return True
+        return head == (refresh % 2 == 0)
+
+    @torch.no_grad()
+    def prepare_transport(self) -> None:
+        if self.cfg.sheaf.map_refresh != "step":
+            return  # window refits alternate: the two ends' maps already match
+        self.model.eval()
+        own = self.pilot_matrix(0, 0)
+        received = self.nbr.exchange_each(
+            [self.out_maps[j] @ own for j in self.nbr.neighbours],
+            shapes=self.msg_shapes,
+            device=self.agent.device,
+        )
+        for j, m in zip(self.nbr.neighbours, received, strict=True):
+            if not self.is_head[j]:
+                self.out_maps[j] = stiefel_map(m, own)

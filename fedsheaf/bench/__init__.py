@@ -1,0 +1,11 @@
+"""Benchmarks of fedsheaf's performance targets (``fedsheaf bench``; results/bench/README.md).
+
+* :mod:`.timer` — the optional per-phase timer the training loop carries (off by default).
+* :mod:`.formulas` — byte counts, ideal round times, medians: pure functions.
+* :mod:`.report` — targets, JSON and Markdown output.
+* :mod:`.plan` — which launches each case needs at each size (``small``, ``full``).
+* :mod:`.decentralized`, :mod:`.clients` — what every rank runs (``python -m
+  fedsheaf.bench.worker``); :mod:`.command` — the ``fedsheaf bench`` driver.
+
+Importing this package is cheap: the training loop imports :mod:`.timer` from it.
+"""

@@ -1,0 +1,119 @@
+"""The benchmark's closed forms and statistics (pure: no MPI, no torch, no clock).
+
+* Bytes on the wire per training step, from the graph alone (SPEC §2): standard
+  Sheaf-FRL, its strict-privacy variant, and what FedAvg would move for the same models.
+* The ideal round time of a server-based run, and the round times that static and
+  balanced client placement allow.
+* Medians and ratios of repeated timings.
+"""
+
+from __future__ import annotations
+
+import heapq
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from fedsheaf.graphs import Graph
+
+__all__ = [
+    "FLOAT32",
+    "balanced_makespan",
+    "fedavg_bytes_per_step",
+    "ideal_round_seconds",
+    "pilot_bytes_by_agent",
+    "pilot_bytes_per_step",
+    "ratio",
+    "static_makespan",
+    "strict_bytes_by_agent",
+    "strict_bytes_per_step",
+    "summary",
+]
+
+FLOAT32 = 4
+
+
+def pilot_bytes_by_agent(graph: Graph, k: int, itemsize: int = FLOAT32) -> list[int]:
+    """Bytes agent i sends per step in standard Sheaf-FRL: ``|N(i)| · d_i · K · itemsize``.
+
+    Agent i sends its own pilot matrix ``A_i`` (d_i × K) to every neighbour.
+    """
+    return [graph.degree(i) * graph.dims[i] * k * itemsize for i in range(graph.n)]
+
+
+def pilot_bytes_per_step(graph: Graph, k: int, itemsize: int = FLOAT32) -> int:
+    """``Σ_i |N(i)| · d_i · K · itemsize``: the whole network's pilot traffic per step."""
+    return sum(pilot_bytes_by_agent(graph, k, itemsize))
+
+
+def strict_bytes_by_agent(graph: Graph, k: int, itemsize: int = FLOAT32) -> list[int]:
+    """Bytes agent i sends per step in strict-privacy mode (SPEC §2, Variants).
+
+    To each j ∈ N(i)⁻ (i is the head) it sends ``O_ji A_i``: d_i · K floats; to each
+    j ∈ N(i)⁺ (j is the head) it sends ``V_ji A_i``: d_j · K floats.
+    """
+    out = []
+    for i in range(graph.n):
+        floats = sum(graph.dims[i] for _ in graph.tails(i)) + sum(
+            graph.dims[j] for j in graph.heads(i)
+        )
+        out.append(floats * k * itemsize)
+    return out
+
+
+def strict_bytes_per_step(graph: Graph, k: int, itemsize: int = FLOAT32) -> int:
+    """Network total of :func:`strict_bytes_by_agent` (= Σ_edges 2 · max(d_i, d_j) · K · 4)."""
+    return sum(strict_bytes_by_agent(graph, k, itemsize))
+
+
+def fedavg_bytes_per_step(param_counts: Sequence[int], itemsize: int = FLOAT32) -> int:
+    """What FedAvg moves per communication round for these models: ``Σ_i 2 · P_i · itemsize``.
+
+    Every client uploads its whole model and downloads the average (one local step per
+    round, the same cadence as Sheaf-FRL's one exchange per step).
+    """
+    return sum(2 * int(p) * itemsize for p in param_counts)
+
+
+def ideal_round_seconds(
+    client_seconds: Iterable[float], n_workers: int, server_seconds: float
+) -> float:
+    """``Σ_c t_c / W + t_server``: the sampled clients' training spread perfectly over W."""
+    if n_workers < 1:
+        raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+    return sum(client_seconds) / n_workers + server_seconds
+
+
+def static_makespan(client_seconds: Mapping[int, float], n_workers: int) -> float:
+    """Busiest rank's training time when client c lives on rank ``1 + c mod W`` (SPEC §4)."""
+    if n_workers < 1:
+        raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+    load = [0.0] * n_workers
+    for c, t in client_seconds.items():
+        load[int(c) % n_workers] += t
+    return max(load)
+
+
+def balanced_makespan(client_seconds: Iterable[float], n_workers: int) -> float:
+    """Busiest rank's time when clients go, longest first, to the least-loaded rank (LPT)."""
+    if n_workers < 1:
+        raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+    heap = [0.0] * n_workers
+    for t in sorted(client_seconds, reverse=True):
+        heapq.heappush(heap, heapq.heappop(heap) + t)
+    return max(heap)
+
+
+def summary(samples: Sequence[float]) -> dict[str, Any]:
+    """Median, min, max and count of repeated measurements (None when there are none)."""
+    xs = [float(x) for x in samples]
+    if not xs:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator``, or None when either is missing or the denominator is 0."""
+    if numerator is None or denominator is None or denominator == 0:
+        return None
+    return float(numerator) / float(denominator)

@@ -1,0 +1,98 @@
+"""Rank-side helpers shared by the benchmark cases: clocks, idle waits, stand-ins.
+
+These use only objects the runtime hands out (``World``, its communicator); nothing
+here imports mpi4py.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from typing import Any
+
+import torch
+
+from fedsheaf.runtime.world import World
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work so that wall-clock times are real (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def idle_barrier(comm: Any, poll: float = 0.005) -> None:
+    """A barrier that sleeps while it waits, so idle ranks leave the cores to busy ones.
+
+    (``Barrier`` busy-polls in Open MPI; a rank that sits out a phase of a benchmark
+    must not steal the CPU from the ranks being timed.)
+    """
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(poll)
+
+
+class Clock:
+    """Barrier-to-barrier timing of one piece of work on every rank of ``comm``."""
+
+    def __init__(self, comm: Any, device: torch.device) -> None:
+        self.comm, self.device = comm, device
+
+    def time(self, work: Any) -> float:
+        """Seconds from the moment every rank is ready until the last one has finished."""
+        sync(self.device)
+        self.comm.Barrier()
+        start = time.perf_counter()
+        work()
+        sync(self.device)
+        self.comm.Barrier()
+        return time.perf_counter() - start
+
+
+class Silent:
+    """A reporter that drops epoch records (the benchmark keeps its own)."""
+
+    def epoch(self, record: dict[str, Any]) -> None:
+        pass
+
+
+class NoNeighbours:
+    """The exchange of an agent trained alone (sequential baseline, 1-rank scaling)."""
+
+    neighbours: list[int] = []
+
+    def exchange(self, mat: Any, shapes: Any = None, device: Any = None) -> list[Any]:
+        return []
+
+    def exchange_each(self, mats: Any, shapes: Any = None, device: Any = None) -> list[Any]:
+        return []
+
+    def take_round_bytes(self) -> dict[int, int]:
+        return {}
+
+
+def node_cores() -> int:
+    """CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def environment(world: World) -> dict[str, Any]:
+    """Where the numbers come from: host, cores, load, threads, device, versions."""
+    device = world.device
+    info: dict[str, Any] = {
+        "host": platform.node(),
+        "cores": node_cores(),
+        "ranks": world.size,
+        "ranks_on_node": world.local_size,
+        "torch_threads": torch.get_num_threads(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "device": str(device),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info

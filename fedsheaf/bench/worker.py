@@ -1,0 +1,43 @@
+"""One benchmark launch, run on every rank: ``python -m fedsheaf.bench.worker SPEC OUT``.
+
+``SPEC`` is a JSON file written by ``fedsheaf bench`` (see :mod:`fedsheaf.bench.plan`):
+the cases to run and their settings. Rank 0 writes ``{"spec", "environment",
+"results": {case: result}}`` to ``OUT``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from fedsheaf.bench.clients import CASES as CLIENT_CASES
+from fedsheaf.bench.decentralized import CASES as DECENTRALIZED_CASES
+from fedsheaf.bench.ranks import environment
+from fedsheaf.results import atomic_write_json
+from fedsheaf.runtime.world import init_world
+
+CASES = {**DECENTRALIZED_CASES, **CLIENT_CASES}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        sys.stderr.write("usage: python -m fedsheaf.bench.worker SPEC.json OUT.json\n")
+        return 2
+    spec: dict[str, Any] = json.loads(Path(args[0]).read_text())
+    world = init_world(spec.get("device", "auto"))
+    env = environment(world)
+    results = {}
+    for case in spec["cases"]:
+        world.log(f"fedsheaf bench: {spec['label']}: {case} on {world.size} ranks")
+        results[case] = CASES[case](world, spec)
+    if world.is_root:
+        atomic_write_json(args[1], {"spec": spec, "environment": env, "results": results})
+    world.barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

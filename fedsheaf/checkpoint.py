@@ -1,0 +1,217 @@
+"""Checkpoints of decentralized runs: one state file per rank, one manifest per run.
+
+Layout inside a run directory::
+
+    checkpoints/
+      epoch-0004/rank-0.pt … rank-{N-1}.pt
+      epoch-0005/rank-0.pt … rank-{N-1}.pt
+      latest.json      {"epoch": 5, "n_ranks": N, "epochs": [4, 5]}
+
+Protocol (driven by :mod:`fedsheaf.runtime.launch`): after an epoch every rank
+writes its own file with :func:`save_rank` (atomically: temp file + rename);
+after a barrier, rank 0 calls :func:`commit`, which atomically rewrites the
+manifest to include the new epoch and deletes checkpoints beyond the ``keep``
+newest. A checkpoint exists for a reader only once the manifest names it, so a
+job killed at any moment leaves the previous complete checkpoint usable.
+:func:`latest` returns the newest listed checkpoint whose rank files are all on
+disk. Nothing here knows about MPI.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedsheaf.errors import FedsheafError
+from fedsheaf.models.seeding import GeneratorDropout
+from fedsheaf.results import atomic_write_json, atomic_write_text, json_safe, write_atomic
+
+FORMAT = 1
+MANIFEST = "latest.json"
+
+
+class CheckpointError(FedsheafError):
+    """A checkpoint cannot be used to resume (unreadable, or from another setup)."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A complete checkpoint: the state of every rank at the end of ``epoch``."""
+
+    run_dir: Path
+    epoch: int
+    n_ranks: int
+
+    @property
+    def path(self) -> Path:
+        return epoch_dir(self.run_dir, self.epoch)
+
+    def rank_file(self, rank: int) -> Path:
+        return rank_file(self.run_dir, self.epoch, rank)
+
+
+def checkpoints_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def epoch_dir(run_dir: str | Path, epoch: int) -> Path:
+    return checkpoints_dir(run_dir) / f"epoch-{epoch:04d}"
+
+
+def rank_file(run_dir: str | Path, epoch: int, rank: int) -> Path:
+    return epoch_dir(run_dir, epoch) / f"rank-{rank}.pt"
+
+
+def due(epochs_done: int, every: int) -> bool:
+    """Whether a checkpoint is written after ``epochs_done`` epochs (``every=0``: never)."""
+    return every > 0 and epochs_done % every == 0
+
+
+# ---- writing ---------------------------------------------------------------
+def save_rank(run_dir: str | Path, epoch: int, rank: int, state: dict[str, Any]) -> Path:
+    """Atomically write one rank's state for ``epoch``; returns the file."""
+    payload = {"format": FORMAT, "epoch": epoch, "rank": rank, **state}
+    return write_atomic(rank_file(run_dir, epoch, rank), lambda fh: torch.save(payload, fh))
+
+
+def _read_manifest(run_dir: str | Path) -> dict[str, Any] | None:
+    path = checkpoints_dir(run_dir) / MANIFEST
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint manifest {path} is unreadable: {exc}") from None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("n_ranks"), int)
+        or not isinstance(data.get("epochs"), list)
+        or not all(isinstance(e, int) for e in data["epochs"])
+    ):
+        raise CheckpointError(f"checkpoint manifest {path} is malformed")
+    return data
+
+
+def commit(run_dir: str | Path, epoch: int, n_ranks: int, keep: int = 2) -> Checkpoint:
+    """Record ``epoch`` as complete (call once every rank has saved) and prune old ones.
+
+    The manifest is replaced atomically, then checkpoint folders that are neither
+    among the ``keep`` newest listed epochs nor newer than ``epoch`` are deleted.
+    """
+    manifest = _read_manifest(run_dir)
+    previous = manifest["epochs"] if manifest else []
+    epochs = sorted({e for e in previous if e < epoch} | {epoch})[-keep:]
+    atomic_write_json(
+        checkpoints_dir(run_dir) / MANIFEST,
+        {"format": FORMAT, "epoch": epoch, "n_ranks": n_ranks, "epochs": epochs},
+    )
+    for folder in checkpoints_dir(run_dir).glob("epoch-*"):
+        number = _epoch_of(folder)
+        if number is not None and number not in epochs and number <= epoch:
+            shutil.rmtree(folder, ignore_errors=True)
+    return Checkpoint(Path(run_dir), epoch, n_ranks)
+
+
+def _epoch_of(folder: Path) -> int | None:
+    tail = folder.name.removeprefix("epoch-")
+    return int(tail) if tail.isdigit() else None
+
+
+# ---- reading ---------------------------------------------------------------
+def latest(run_dir: str | Path, n_ranks: int) -> Checkpoint | None:
+    """The newest complete checkpoint of a run directory, or None if there is none.
+
+    Complete means: listed in the manifest and every rank file present. A
+    manifest written by a job with another rank count is an error.
+    """
+    manifest = _read_manifest(run_dir)
+    if manifest is None:
+        return None
+    if manifest["n_ranks"] != n_ranks:
+        raise CheckpointError(
+            f"cannot resume {run_dir}: its checkpoints hold {manifest['n_ranks']} ranks "
+            f"but this job has {n_ranks}"
+        )
+    for epoch in sorted(manifest["epochs"], reverse=True):
+        ckpt = Checkpoint(Path(run_dir), epoch, n_ranks)
+        if all(ckpt.rank_file(r).is_file() for r in range(n_ranks)):
+            return ckpt
+    return None
+
+
+def load_rank(ckpt: Checkpoint, rank: int) -> dict[str, Any]:
+    """One rank's saved state (tensors on CPU)."""
+    path = ckpt.rank_file(rank)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for a damaged file
+        raise CheckpointError(f"checkpoint file {path} cannot be read: {exc}") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint file {path} is not a fedsheaf checkpoint")
+    if state.get("epoch") != ckpt.epoch or state.get("rank") != rank:
+        raise CheckpointError(
+            f"checkpoint file {path} does not hold rank {rank}, epoch {ckpt.epoch}"
+        )
+    return state
+
+
+# ---- run-directory housekeeping ----------------------------------------------
+def check_fresh_start(run_dir: str | Path, overwrite: bool) -> None:
+    """Before a run starts from epoch 0 in ``run_dir``: refuse to mix with an unfinished run.
+
+    With ``overwrite`` the old checkpoints are deleted (results.RunDir deletes
+    the metrics); without it, an unfinished run's metrics or checkpoints are an
+    error that says how to resume instead.
+    """
+    run_dir = Path(run_dir)
+    if overwrite:
+        shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)
+        return
+    if (run_dir / "summary.json").exists():
+        return  # results.RunDir reports the finished run
+    if (run_dir / "metrics.jsonl").exists() or checkpoints_dir(run_dir).exists():
+        raise CheckpointError(
+            f"run directory {run_dir} holds an unfinished run; continue it with "
+            f"'fedsheaf run --resume {run_dir}' (or checkpoint.resume=true), or start "
+            "over with output.overwrite=true"
+        )
+
+
+def rewrite_metrics(path: str | Path, records: list[dict[str, Any]]) -> None:
+    """Replace metrics.jsonl by ``records`` (one JSON line each), atomically.
+
+    On resume this drops the lines of epochs after the checkpoint, which the
+    resumed run writes again.
+    """
+    atomic_write_text(path, "".join(json.dumps(json_safe(r)) + "\n" for r in records))
+
+
+# ---- random state ------------------------------------------------------------
+def _dropout_generators(model: torch.nn.Module) -> list[torch.Generator]:
+    seen: list[torch.Generator] = []
+    for module in model.modules():
+        g = getattr(module, "generator", None) if isinstance(module, GeneratorDropout) else None
+        if g is not None and not any(g is s for s in seen):
+            seen.append(g)
+    return seen
+
+
+def rng_state(model: torch.nn.Module) -> list[torch.Tensor]:
+    """States of the explicit generators ``model`` draws from (its dropout masks)."""
+    return [g.get_state() for g in _dropout_generators(model)]
+
+
+def set_rng_state(model: torch.nn.Module, states: list[torch.Tensor]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    gens = _dropout_generators(model)
+    if len(gens) != len(states):
+        raise CheckpointError(
+            f"checkpoint holds {len(states)} dropout generator states, the model has {len(gens)}"
+        )
+    for g, s in zip(gens, states, strict=True):
+        g.set_state(s)

@@ -1,0 +1,339 @@
+"""``fedsheaf report``: run directories → comparison table (Markdown + CSV) and figures.
+
+Every directory holding a ``summary.json`` and a ``config.yaml`` (written by
+:class:`~fedsheaf.results.RunDir`) below the given paths is one run. Runs are grouped
+by *method* and *setting* (shift s and, when all agents share one, latent size d).
+Within a group, λ (or whatever the study grid-searched; ``sheaf.lam`` by default) is
+chosen by the mean **validation** score ``score_val`` over seeds — the harmonic mean
+of validation private and communication accuracy — never by test numbers. The table
+reports the chosen grid point's **test** accuracies as mean ± std over seeds.
+
+Method names and grid keys come from the sweep's ``study.json`` when there is one;
+otherwise the method is the algorithm (plus a non-default Sheaf-FRL variant, pilot
+strategy or Parseval flag) and the grid key is ``sheaf.lam`` (none for noncoop).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedsheaf.errors import ConfigError
+from fedsheaf.results import atomic_write_text
+
+METRICS = ("private_acc", "comm_acc", "comm_acc_deg")
+LAMBDA_FREE = ("noncoop",)
+METRIC_TITLES = {
+    "private_acc": "private acc.",
+    "comm_acc": "comm. acc.",
+    "comm_acc_deg": "comm. acc. (deg.-weighted)",
+}
+
+
+@dataclass
+class RunRecord:
+    """What the report needs from one run directory."""
+
+    path: Path
+    method: str
+    shift: float
+    dim: int | None
+    hyper: tuple[tuple[str, Any], ...]
+    seed: int
+    summary: dict[str, Any]
+
+    @property
+    def setting(self) -> tuple[float, int | None]:
+        return (self.shift, self.dim)
+
+
+@dataclass
+class Row:
+    """One line of the comparison table: a method at a setting, best grid point."""
+
+    method: str
+    shift: float
+    dim: int | None
+    hyper: tuple[tuple[str, Any], ...]
+    seeds: int
+    score_val: float
+    mean: dict[str, float]
+    std: dict[str, float]
+    candidates: int
+
+
+def _get(cfg: dict[str, Any], dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def default_method(cfg: dict[str, Any]) -> str:
+    """Method label from a resolved config."""
+    name = str(cfg.get("algorithm"))
+    sheaf = cfg.get("sheaf") or {}
+    if name == "sheaf_frl":
+        if sheaf.get("variant", "standard") != "standard":
+            name += f"/{sheaf['variant']}"
+        if sheaf.get("pilot_strategy", "uniform") != "uniform":
+            name += f"/{sheaf['pilot_strategy']}"
+        if sheaf.get("parseval"):
+            name += "+parseval"
+    return name
+
+
+def _manifests(paths: list[Path]) -> dict[Path, tuple[dict[str, Any], list[str]]]:
+    """Run directory → (manifest entry, grid keys) from every study.json at or above paths."""
+    found: dict[Path, tuple[dict[str, Any], list[str]]] = {}
+    seen: set[Path] = set()
+    for p in paths:
+        for cand in [p, *p.parents, *p.rglob("study.json")]:
+            f = cand if cand.name == "study.json" else cand / "study.json"
+            if f in seen or not f.is_file():
+                continue
+            seen.add(f)
+            data = json.loads(f.read_text())
+            for run in data.get("runs", []):  # sweep layout: <sweep dir>/runs/<run name>
+                where = (f.parent / "runs" / Path(run["dir"]).name).resolve()
+                found[where] = (run, list(data.get("grid_keys", [])))
+    return found
+
+
+def collect(paths: list[str | Path]) -> list[RunRecord]:
+    """Every finished run (summary.json + config.yaml) at or below ``paths``."""
+    roots = [Path(p) for p in paths]
+    for r in roots:
+        if not r.exists():
+            raise ConfigError(f"no such run or study directory: {r}")
+    manifests = _manifests(roots)
+    dirs = sorted({s.parent.resolve() for r in roots for s in r.rglob("summary.json")})
+    records = []
+    for d in dirs:
+        if not (d / "config.yaml").is_file():
+            continue
+        cfg = yaml.safe_load((d / "config.yaml").read_text())
+        summary = json.loads((d / "summary.json").read_text())
+        entry, _ = manifests.get(d, (None, []))
+        method = entry["method"] if entry else default_method(cfg)
+        if entry is not None:  # the sweep's own grid for this method (maybe none)
+            keys = list(entry.get("grid") or {})
+        else:  # λ, except for the one method without a cooperation term
+            keys = [] if cfg.get("algorithm") in LAMBDA_FREE else ["sheaf.lam"]
+        dims = {int(a["encoder"][-1]) for a in cfg.get("agents") or []}
+        records.append(
+            RunRecord(
+                d,
+                method,
+                float(_get(cfg, "data.shift")),
+                dims.pop() if len(dims) == 1 else None,
+                tuple((k, _get(cfg, k)) for k in keys),
+                int(cfg.get("seed", 0)),
+                summary,
+            )
+        )
+    if not records:
+        where = ", ".join(map(str, paths))
+        raise ConfigError(f"no finished runs (summary.json + config.yaml) under {where}")
+    return records
+
+
+def _num(value: Any) -> float:
+    return float("nan") if value is None else float(value)
+
+
+def _mean(values: list[float]) -> float:
+    vals = [v for v in values if not math.isnan(v)]
+    return statistics.fmean(vals) if vals else float("nan")
+
+
+def _std(values: list[float]) -> float:
+    vals = [v for v in values if not math.isnan(v)]
+    return statistics.stdev(vals) if len(vals) > 1 else float("nan")
+
+
+def select(records: list[RunRecord]) -> list[Row]:
+    """Per method × setting: the grid point with the best mean validation score."""
+    groups: dict[tuple[str, float, int | None], dict[Any, list[RunRecord]]] = {}
+    for r in records:
+        groups.setdefault((r.method, r.shift, r.dim), {}).setdefault(r.hyper, []).append(r)
+    rows = []
+    for (method, shift, dim), cands in groups.items():
+
+        def score(hyper: Any, cands: dict[Any, list[RunRecord]] = cands) -> float:
+            s = _mean([_num(r.summary.get("score_val")) for r in cands[hyper]])
+            return -math.inf if math.isnan(s) else s
+
+        best = max(sorted(cands, key=repr), key=score)
+        runs = cands[best]
+        mean = {m: _mean([_num(r.summary.get(m)) for r in runs]) for m in METRICS}
+        std = {m: _std([_num(r.summary.get(m)) for r in runs]) for m in METRICS}
+        rows.append(Row(method, shift, dim, best, len(runs), score(best), mean, std, len(cands)))
+    rows.sort(key=lambda r: (r.method, r.dim if r.dim is not None else -1, r.shift))
+    return rows
+
+
+def _pm(mean: float, std: float) -> str:
+    if math.isnan(mean):
+        return "–"
+    return f"{mean:.3f}" if math.isnan(std) else f"{mean:.3f} ± {std:.3f}"
+
+
+def _hyper(hyper: tuple[tuple[str, Any], ...]) -> str:
+    if not hyper:
+        return "–"
+    return ", ".join(
+        f"{k.split('.')[-1]}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in hyper
+    )
+
+
+def markdown(rows: list[Row]) -> str:
+    head = ["method", "s", "d", "selected", "seeds", "val. score", *METRIC_TITLES.values()]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [
+            r.method,
+            f"{r.shift:g}",
+            "het." if r.dim is None else str(r.dim),
+            _hyper(r.hyper) + (f" (of {r.candidates})" if r.hyper else ""),
+            str(r.seeds),
+            f"{r.score_val:.3f}",
+            *(_pm(r.mean[m], r.std[m]) for m in METRICS),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def table_csv(rows: list[Row]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(
+        ["method", "shift", "dim", "selected", "seeds", "candidates", "score_val"]
+        + [f"{m}_{s}" for m in METRICS for s in ("mean", "std")]
+    )
+    for r in rows:
+        w.writerow(
+            [
+                r.method,
+                r.shift,
+                "" if r.dim is None else r.dim,
+                _hyper(r.hyper),
+                r.seeds,
+                r.candidates,
+                r.score_val,
+            ]
+            + [x for m in METRICS for x in (r.mean[m], r.std[m])]
+        )
+    return buf.getvalue()
+
+
+def runs_csv(records: list[RunRecord]) -> str:
+    """Every run with its validation and test numbers (the raw material of the table)."""
+    cols = ["score_val", "private_acc_val", "comm_acc_val", *METRICS, "wall_seconds"]
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["run", "method", "shift", "dim", "grid", "seed", *cols])
+    for r in sorted(records, key=lambda r: (r.method, r.shift, r.dim or 0, repr(r.hyper), r.seed)):
+        w.writerow(
+            [
+                r.path.name,
+                r.method,
+                r.shift,
+                "" if r.dim is None else r.dim,
+                _hyper(r.hyper),
+                r.seed,
+            ]
+            + [r.summary.get(c) for c in cols]
+        )
+    return buf.getvalue()
+
+
+def plot(rows: list[Row], axis: str, path: Path) -> Path:
+    """Private and communication accuracy against ``axis`` ('shift' or 'dim'), per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    comm = "comm_acc_deg" if axis == "shift" else "comm_acc"
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    for ax, metric in zip(axes, ("private_acc", comm), strict=True):
+        for method in sorted({r.method for r in rows}):
+            pts = sorted(
+                (getattr(r, axis), r.mean[metric], r.std[metric])
+                for r in rows
+                if r.method == method and getattr(r, axis) is not None
+            )
+            if not pts:
+                continue
+            xs, ys, es = zip(*pts, strict=True)
+            errs = [0.0 if math.isnan(e) else e for e in es]
+            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=method)
+        ax.set_xlabel("shift strength s" if axis == "shift" else "bottleneck dimension d")
+        if axis == "dim":
+            ax.set_xscale("log", base=2)
+        ax.set_ylabel(METRIC_TITLES[metric])
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def write_report(records: list[RunRecord], out: Path) -> list[Path]:
+    """Write comparison.md/.csv, runs.csv and the figures the settings call for."""
+    rows = select(records)
+    written = []
+    intro = (
+        "Selected grid point per method and setting by mean validation score "
+        "(harmonic mean of validation private and communication accuracy); test "
+        "accuracies as mean ± std over seeds.\n\n"
+    )
+    for name, text in (
+        ("comparison.md", "# Comparison\n\n" + intro + markdown(rows)),
+        ("comparison.csv", table_csv(rows)),
+        ("runs.csv", runs_csv(records)),
+    ):
+        atomic_write_text(out / name, text)
+        written.append(out / name)
+    if len({r.shift for r in rows}) > 1:
+        written.append(plot(rows, "shift", out / "accuracy_vs_shift.png"))
+    if len({r.dim for r in rows if r.dim is not None}) > 1:
+        written.append(plot(rows, "dim", out / "accuracy_vs_bottleneck.png"))
+    return written
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Turn run directories into the comparison table (Markdown + CSV) and figures. "
+        "λ is picked per method and setting by validation score."
+    )
+    parser.add_argument("paths", nargs="+", help="run directories or sweep directories")
+    parser.add_argument(
+        "--out", help="output directory (default: <path>/report for one path, else ./report)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    records = collect(args.paths)
+    out = (
+        Path(args.out)
+        if args.out
+        else (Path(args.paths[0]) / "report" if len(args.paths) == 1 else Path("report"))
+    )
+    for path in write_report(records, out):
+        print(path)
+    print(markdown(select(records)), end="")
+    return 0

@@ -1,0 +1,242 @@
+"""Run a server-based algorithm (SPEC §4): rank 0 serves, ranks 1..W host the clients.
+
+All ranks execute the same round loop (SPMD); the server's extra work is
+sampling, averaging and recording. One round::
+
+    server samples clients S_t (seeded)          -> Bcast client ids
+    each rank trains its clients in S_t in turn  -> Gatherv their shared vectors
+    server averages them (in client-id order)    -> Bcast the new shared vector
+    every client evaluates on its local test set -> Gatherv (client, correct, total, loss)
+
+After the last round, if the algorithm has a final schedule, every client runs
+it once (e.g. head fine-tuning, nothing uploaded) and is evaluated again.
+Averaging in client-id order makes results independent of the rank count.
+
+What is trained and how it is scored comes from the algorithm's *task*
+(:mod:`fedsheaf.algorithms.federated.task`): data, model, local solver,
+evaluation rows and summary. A task may also ask for one exchange before the
+first round (client rows -> Gatherv, server reply -> Bcast; head-only FedAvg's
+target moments) and add server-side metrics after each aggregation.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedsheaf.algorithms.federated import FEDERATED
+from fedsheaf.algorithms.federated.protocol import (
+    average,
+    hosted_clients,
+    n_selected,
+    rows_per_rank,
+    sample_clients,
+)
+from fedsheaf.algorithms.federated.task import Task
+from fedsheaf.algorithms.federated.trainer import ClientRunner
+from fedsheaf.config import ExperimentConfig, dump_config
+from fedsheaf.results import RunDir
+from fedsheaf.runtime.star import Star
+from fedsheaf.runtime.world import World
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+
+
+class Rounds:
+    """The round loop, run by every rank; the server also records."""
+
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        star: Star,
+        runner: ClientRunner,
+        run_dir: RunDir | None,
+        task: Task,
+    ) -> None:
+        self.cfg, self.fc = cfg, cfg.federated
+        self.star, self.runner, self.run_dir, self.task = star, runner, run_dir, task
+        self.hosted = sorted(runner.clients)
+        self.size = runner.shared.size
+        self.history: list[dict[str, Any]] = []
+
+    # ---- the protocol -----------------------------------------------------------
+    def run(self) -> list[dict[str, Any]]:
+        fc, star, server = self.fc, self.star, self.star.is_server
+        init = self.runner.shared.flatten(self.runner.model)
+        w = star.bcast(init, "params")  # everyone starts from the server's parameters
+        self._setup(w)
+        for t in range(fc.rounds):
+            start = time.perf_counter()
+            sel = star.bcast(
+                sample_clients(fc.clients, fc.fraction, self.cfg.seed, t)
+                if server
+                else np.empty(n_selected(fc.clients, fc.fraction), dtype=np.int64),
+                "control",
+            )
+            mine = [int(c) for c in sel if int(c) in self.runner.clients]
+            updates = [self.runner.local_update(c, w, t) for c in mine]
+            info = self._info(mine, [loss for _, loss in updates])
+            counts = rows_per_rank(sel, star.n_workers) if server else None
+            got_info = star.gather(info, "control", counts)
+            extra: dict[str, Any] = {}
+            if self.size:
+                vecs = np.stack([v for v, _ in updates]) if updates else self._no_rows()
+                got = star.gather(vecs, "params", counts)
+                w_new = self._aggregate(got, got_info) if server else None
+                extra = self._server_round(t, w, got, got_info, w_new) if server else {}
+                w = star.bcast(w_new if server else np.empty_like(w), "params")
+            trained = time.perf_counter() - start
+            record: dict[str, Any] = {"round": t + 1, "final": False}
+            if self._evaluates(t):
+                record.update(self._evaluate(w) or {})
+            if server:
+                record["selected"] = [int(c) for c in sel]
+                record.update(extra)
+                self._record(record, got_info, start, trained)
+        if self.runner.algorithm.has_final_round:
+            self._final_round(w)
+        return self.history
+
+    def _final_round(self, w: np.ndarray) -> None:
+        start = time.perf_counter()
+        r = self.fc.rounds
+        losses = [self.runner.final_update(c, w, r) for c in self.hosted]
+        counts = rows_per_rank(range(self.fc.clients), self.star.n_workers)
+        got_info = self.star.gather(
+            self._info(self.hosted, losses), "control", counts if self.star.is_server else None
+        )
+        trained = time.perf_counter() - start
+        record: dict[str, Any] = {"round": r + 1, "final": True}
+        record.update(self._evaluate(w) or {})
+        if self.star.is_server:
+            self._record(record, got_info, start, trained)
+
+    # ---- pieces -------------------------------------------------------------------
+    def _setup(self, w0: np.ndarray) -> None:
+        """The task's one exchange before the first round, if it has one."""
+        task, star = self.task, self.star
+        if not task.setup_width:
+            return
+        counts = rows_per_rank(range(self.fc.clients), star.n_workers)
+        got = star.gather(task.setup_rows(self.runner), "setup", counts if star.is_server else None)
+        if got is not None:
+            got = got[np.argsort(got[:, 0], kind="stable")]
+        reply = task.server_setup(got, w0) if got is not None else None
+        reply = star.bcast(reply if reply is not None else np.empty(task.setup_reply_size), "setup")
+        task.receive_setup(self.runner, reply)
+
+    def _server_round(
+        self, t: int, w: np.ndarray, vecs: np.ndarray, info: np.ndarray, w_new: np.ndarray
+    ) -> dict[str, Any]:
+        order = np.argsort(info[:, 0], kind="stable")
+        return self.task.server_round(t, w, vecs[order], info[order], w_new)
+
+    def _no_rows(self) -> np.ndarray:
+        return np.empty((0, self.size), dtype=np.float32)
+
+    def _info(self, clients: list[int], losses: list[float]) -> np.ndarray:
+        rows = [
+            [c, self.runner.clients[c].n_train, loss]
+            for c, loss in zip(clients, losses, strict=True)
+        ]
+        return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
+
+    def _aggregate(self, vecs: np.ndarray, info: np.ndarray) -> np.ndarray:
+        order = np.argsort(info[:, 0], kind="stable")
+        weights = info[order, 1] if self.fc.weighted else None
+        return average(vecs[order], weights)
+
+    def _evaluates(self, t: int) -> bool:
+        fc = self.fc
+        return (t + 1) % fc.eval_every == 0 or t >= fc.rounds - fc.eval_last
+
+    def _evaluate(self, w: np.ndarray) -> dict[str, Any] | None:
+        rows = [[c, *self.task.evaluate(self.runner, c, w)] for c in self.hosted]
+        mine = np.asarray(rows, dtype=np.float64).reshape(-1, 1 + self.task.eval_width)
+        counts = rows_per_rank(range(self.fc.clients), self.star.n_workers)
+        got = self.star.gather(mine, "metrics", counts if self.star.is_server else None)
+        return self.task.round_record(got) if got is not None else None
+
+    def _record(
+        self, record: dict[str, Any], info: np.ndarray, start: float, trained: float
+    ) -> None:
+        by_kind = self.star.take_bytes()
+        record.update(
+            loss=float(np.nanmean(info[:, 2])) if info.shape[0] else float("nan"),
+            seconds=time.perf_counter() - start,
+            train_seconds=trained,
+            bytes_up=sum(v for k, v in by_kind.items() if k.endswith("_up")),
+            bytes_down=sum(v for k, v in by_kind.items() if k.endswith("_down")),
+            bytes=by_kind,
+        )
+        if self.run_dir is not None:
+            self.run_dir.append_metrics(record)
+        self.history.append(record)
+        where = "final round" if record["final"] else f"round {record['round']:>4}/{self.fc.rounds}"
+        msg = f"{where}  loss {record['loss']:.4f}" + self.task.progress(record)
+        msg += (
+            f"  {record['seconds']:.1f}s  up {_mb(record['bytes_up'])}"
+            f"  down {_mb(record['bytes_down'])}"
+        )
+        print(msg, flush=True)
+
+
+def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
+    """Run ``cfg.algorithm`` with clients spread over ranks 1..W; rank 0 returns the summary."""
+    fc = cfg.federated
+    algorithm = FEDERATED[cfg.algorithm](fc)
+    task = algorithm.make_task(cfg)
+    world.agree(lambda: task.check(world.size))
+    star = Star(world.comm)
+    mine = hosted_clients(world.rank, fc.clients, star.n_workers)
+    device = torch.device("cpu") if world.is_root else world.device
+    data = world.agree(lambda: task.load_clients(mine, device))
+    run_dir = world.agree(
+        lambda: (
+            RunDir(f"{cfg.output.dir}/{cfg.run_name()}", cfg.output.overwrite)
+            if world.is_root
+            else None
+        )
+    )
+    if run_dir is not None:
+        run_dir.write_config(dump_config(cfg))
+    runner = task.make_runner(task.build_model(), data, device)
+    per_rank = -(-fc.clients // star.n_workers)
+    world.log(
+        f"fedsheaf: {cfg.algorithm} '{cfg.name}': {fc.clients} clients on {star.n_workers} "
+        f"worker rank{'s' if star.n_workers > 1 else ''} (up to {per_rank} per rank), "
+        f"{task.describe()}, "
+        f"{n_selected(fc.clients, fc.fraction)} clients per round, {fc.rounds} rounds; "
+        f"{algorithm.describe()}; {runner.shared.size} shared parameters "
+        f"({_mb(runner.shared.nbytes)}); device {world.device}, seed {cfg.seed}"
+    )
+    if run_dir is not None:
+        world.log(f"fedsheaf: writing {run_dir.path}")
+    start = time.perf_counter()
+    history = Rounds(cfg, star, runner, run_dir, task).run()
+    elapsed = time.perf_counter() - start
+    if not world.is_root or run_dir is None:
+        return None
+    summary: dict[str, Any] = {
+        "name": cfg.name,
+        "algorithm": cfg.algorithm,
+        "seed": cfg.seed,
+        "n_clients": fc.clients,
+        "n_workers": star.n_workers,
+        "shared": algorithm.shared,
+        "shared_params": runner.shared.size,
+        "schedule": algorithm.describe(),
+        **task.summarize(history),
+        "wall_seconds": elapsed,
+        "bytes_up_total": sum(r["bytes_up"] for r in history),
+        "bytes_down_total": sum(r["bytes_down"] for r in history),
+    }
+    run_dir.write_summary(summary)
+    world.log("\n" + task.result_table(summary))
+    world.log(f"[{elapsed:.1f}s; results in {run_dir.path}]")
+    return summary

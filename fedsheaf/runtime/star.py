@@ -1,0 +1,103 @@
+"""Server <-> clients over MPI: broadcast from rank 0, gather to rank 0, byte counters.
+
+Rank 0 is the server; ranks 1..W host the clients. Everything moves as
+contiguous numpy buffers (float32 parameter vectors, int64 client ids, float64
+reports) through ``Ibcast`` and ``Igatherv``, never as pickles. Waiting ranks
+poll the request and sleep between polls, so a server waiting for minutes of
+client training, or a worker waiting for slower workers, does not spin a core
+(important when ranks outnumber cores).
+
+Byte counters are kept on every rank from its own point of view; the server's
+are the interesting ones: ``<kind>_down`` counts a broadcast once per receiving
+rank, ``<kind>_up`` the bytes gathered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+from mpi4py import MPI
+from mpi4py.util.dtlib import from_numpy_dtype
+
+SERVER = 0
+
+
+class Star:
+    """Collective server/client exchange on ``comm`` (server = rank 0).
+
+    Parameters
+    ----------
+    comm:
+        Communicator holding the server and every worker rank.
+    poll_max:
+        Longest sleep (seconds) between two polls of a pending request.
+    """
+
+    def __init__(self, comm: MPI.Comm, poll_max: float = 0.005) -> None:
+        self.comm = comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
+        self.poll_max = poll_max
+        self.bytes: Counter[str] = Counter()
+
+    @property
+    def is_server(self) -> bool:
+        return self.rank == SERVER
+
+    @property
+    def n_workers(self) -> int:
+        return self.size - 1
+
+    def _wait(self, req: MPI.Request) -> None:
+        delay = 1e-5
+        while not req.Test():
+            time.sleep(delay)
+            delay = min(2 * delay, self.poll_max)
+
+    def bcast(self, buf: np.ndarray, kind: str) -> np.ndarray:
+        """Broadcast the server's ``buf`` into every rank's ``buf`` (same shape, dtype).
+
+        Returns ``buf`` (filled in place on the workers).
+        """
+        if not buf.flags.c_contiguous:
+            raise ValueError("bcast needs a contiguous buffer")
+        self._wait(self.comm.Ibcast([buf, from_numpy_dtype(buf.dtype)], root=SERVER))
+        if self.is_server:
+            self.bytes[f"{kind}_down"] += buf.nbytes * self.n_workers
+        else:
+            self.bytes[f"{kind}_received"] += buf.nbytes
+        return buf
+
+    def gather(
+        self, rows: np.ndarray, kind: str, counts: Sequence[int] | None = None
+    ) -> np.ndarray | None:
+        """Gather every rank's ``rows`` (k_r × width) to the server, in rank order.
+
+        The server passes ``counts`` (rows held by each rank 0..W) and gets one
+        ``(sum(counts), width)`` array; the other ranks get None. Width and dtype
+        must agree on all ranks.
+        """
+        rows = np.ascontiguousarray(rows)
+        if rows.ndim != 2:
+            raise ValueError(f"gather sends 2-D row blocks, got shape {rows.shape}")
+        width, dtype = rows.shape[1], from_numpy_dtype(rows.dtype)
+        if not self.is_server:
+            self._wait(self.comm.Igatherv([rows, dtype], None, root=SERVER))
+            self.bytes[f"{kind}_sent"] += rows.nbytes
+            return None
+        if counts is None or len(counts) != self.size:
+            raise ValueError(f"the server must pass {self.size} row counts")
+        elems = [int(c) * width for c in counts]
+        displs = np.concatenate([[0], np.cumsum(elems)[:-1]]).astype(int).tolist()
+        out = np.empty((int(sum(counts)), width), dtype=rows.dtype)
+        send = np.empty((0, width), dtype=rows.dtype)
+        self._wait(self.comm.Igatherv([send, dtype], [out, (elems, displs), dtype], root=SERVER))
+        self.bytes[f"{kind}_up"] += out.nbytes
+        return out
+
+    def take_bytes(self) -> dict[str, int]:
+        """Byte counts since the last call (then reset)."""
+        out, self.bytes = dict(self.bytes), Counter()
+        return out

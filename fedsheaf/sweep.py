@@ -1,0 +1,393 @@
+"""``fedsheaf sweep``: expand a study into runs, then run them locally or list them.
+
+A study file (``configs/*_sweep.yaml``) names one run config and what varies::
+
+    study: study15                    # name (the sweep directory defaults to runs/<study>)
+    config: configs/mnist15.yaml      # run config every run starts from
+    output: runs/study15              # optional sweep directory
+    seeds: [0, 1, 2]
+    set: {train.epochs: 100}          # overrides for every run (mapping or key=value list)
+    axis: {name: s, key: data.shift, values: [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]}
+    methods:
+      - {name: sheaf_frl, set: {algorithm: sheaf_frl}, grid: {sheaf.lam: [1.0e-5, 1.0e-3, 0.1]}}
+      - {name: noncoop, set: {algorithm: noncoop}}
+
+The axis either sets one config key (``key``) or uses a preset that writes a run
+config per value into the sweep directory: ``preset: table3`` gives the two Table-3
+agents at bottleneck ``d`` on a pair graph of that ``d`` (``graphs/pair-d<d>.yaml``).
+
+Every run is ``method × axis value × grid point × seed`` and becomes the command
+``mpiexec -n N fedsheaf run <config> key=value...`` with its own ``output.name`` under
+``<sweep dir>/runs``. ``--local`` runs them one after another (skipping finished ones
+and resuming interrupted ones from their checkpoints),
+``--emit`` writes them one per line for a SLURM job array, and without either the plan
+is printed. ``study.json`` in the sweep directory records every run for ``fedsheaf report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedsheaf.config import DECENTRALIZED, HUB_BASED, load_config, read_yaml
+from fedsheaf.errors import ConfigError
+from fedsheaf.results import atomic_write_json, atomic_write_text
+
+STUDY_KEYS = ("study", "config", "output", "seeds", "set", "axis", "methods")
+METHOD_KEYS = ("name", "set", "grid", "ranks")
+AXIS_KEYS = ("name", "key", "values", "preset")
+PRESETS = ("table3",)
+
+
+@dataclass
+class Run:
+    """One run of a study."""
+
+    name: str
+    method: str
+    axis: str
+    value: Any
+    grid: dict[str, Any]
+    seed: int
+    config: str
+    overrides: list[str]
+    ranks: int
+    dir: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def argv(self, launcher: list[str], fedsheaf: list[str]) -> list[str]:
+        """The full command line of this run."""
+        fill = [part.replace("{n}", str(self.ranks)) for part in launcher]
+        return [*fill, *fedsheaf, "run", self.config, *self.overrides]
+
+
+@dataclass
+class Study:
+    name: str
+    path: str
+    output: Path
+    axis: str
+    grid_keys: list[str]
+    runs: list[Run]
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _yaml_value(value: Any) -> str:
+    """``value`` as the right-hand side of a ``key=value`` override (YAML)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return _fmt(value)
+    if isinstance(value, str):
+        return value
+    text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    return text.removesuffix("...").strip()
+
+
+def _as_overrides(raw: Any, where: str) -> list[str]:
+    """``set:`` as a mapping ``{key: value}`` or a list of ``key=value`` strings."""
+    if raw is None:
+        return []
+    if isinstance(raw, dict):
+        return [f"{k}={_yaml_value(v)}" for k, v in raw.items()]
+    if isinstance(raw, list) and all(isinstance(x, str) and "=" in x for x in raw):
+        return list(raw)
+    raise ConfigError(f"{where} must be a mapping of config keys to values or a key=value list")
+
+
+def _unknown(raw: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    bad = [k for k in raw if k not in allowed]
+    if bad:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(map(str, bad))}; valid keys: {', '.join(allowed)}"
+        )
+
+
+def _list(raw: Any, where: str) -> list[Any]:
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"{where} must be a non-empty list")
+    return raw
+
+
+def _preset_config(preset: str, value: Any, base: Path, out: Path) -> Path:
+    """Write the run config (and graph) of preset ``preset`` at ``value``; return its path."""
+    from fedsheaf.graphs import save_graph
+    from fedsheaf.presets import table3, table3_pair_graph
+
+    if preset != "table3":
+        raise ConfigError(f"unknown axis preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    d = value
+    graph_path = out / "graphs" / f"pair-d{d}.yaml"
+    agents = table3(d)  # raises ConfigError for a d outside Table 3
+    graph_path.parent.mkdir(parents=True, exist_ok=True)
+    save_graph(table3_pair_graph(d), graph_path, comment=f"Table 3 pair, d={d} (fedsheaf sweep)")
+    raw = read_yaml(base)
+    raw["graph"] = str(graph_path)
+    raw["agents"] = [
+        {
+            "encoder": list(a.encoder),
+            "head": list(a.head),
+            "dropout": a.dropout,
+            "classes": list(a.classes),
+        }
+        for a in agents
+    ]
+    cfg_path = out / "configs" / f"{base.stem}-d{d}.yaml"
+    atomic_write_text(
+        cfg_path,
+        f"# {base} with the Table 3 agents at d={d} (written by fedsheaf sweep)\n"
+        + yaml.safe_dump(raw, sort_keys=False),
+    )
+    return cfg_path
+
+
+def expand(study_path: str | Path, extra: list[str] | None = None) -> Study:
+    """Read a study file and list its runs (validating every run's config).
+
+    ``extra`` overrides go to every run, after the study's own. Preset axes write
+    their run configs and graphs into the sweep directory.
+    """
+    path = Path(study_path)
+    raw = read_yaml(path)
+    where = f"study file {path}"
+    _unknown(raw, STUDY_KEYS, where)
+    for key in ("study", "config", "axis", "methods"):
+        if key not in raw:
+            raise ConfigError(f"{where} needs key '{key}'")
+    name = str(raw["study"])
+    base = Path(raw["config"])
+    if not base.is_file():
+        raise ConfigError(f"{where}: run config {base} does not exist")
+    out = Path(raw.get("output") or f"runs/{name}")
+    seeds = _list(raw.get("seeds", [0]), f"{where}: 'seeds'")
+    common = _as_overrides(raw.get("set"), f"{where}: 'set'") + list(extra or [])
+
+    axis = raw["axis"]
+    if not isinstance(axis, dict):
+        raise ConfigError(f"{where}: 'axis' must be a mapping with name, values and key or preset")
+    _unknown(axis, AXIS_KEYS, f"{where}: axis")
+    values = _list(axis.get("values"), f"{where}: axis 'values'")
+    if ("key" in axis) == ("preset" in axis):
+        raise ConfigError(f"{where}: the axis needs exactly one of 'key' or 'preset'")
+    axis_name = str(axis.get("name") or axis.get("key") or axis.get("preset"))
+
+    methods = _list(raw["methods"], f"{where}: 'methods'")
+    grid_keys: list[str] = []
+    runs: list[Run] = []
+    for value in values:
+        if "preset" in axis:
+            cfg_path = _preset_config(str(axis["preset"]), value, base, out)
+            axis_over: list[str] = []
+        else:
+            cfg_path = base
+            axis_over = [f"{axis['key']}={_yaml_value(value)}"]
+        for m in methods:
+            if not isinstance(m, dict) or "name" not in m:
+                raise ConfigError(f"{where}: every method needs at least a 'name'")
+            _unknown(m, METHOD_KEYS, f"{where}: method {m.get('name')}")
+            mname = str(m["name"])
+            grid = m.get("grid") or {}
+            if not isinstance(grid, dict):
+                raise ConfigError(f"{where}: method {mname}: 'grid' must map keys to value lists")
+            keys = list(grid)
+            grid_keys += [k for k in keys if k not in grid_keys]
+            points = list(itertools.product(*(_list(grid[k], f"{mname} grid {k}") for k in keys)))
+            m_over = _as_overrides(m.get("set"), f"{where}: method {mname} 'set'")
+            for point, seed in itertools.product(points, seeds):
+                gp = dict(zip(keys, point, strict=True))
+                tag = "-".join(
+                    [mname, f"{axis_name}{_fmt(value)}"]
+                    + [f"{k.split('.')[-1]}{_fmt(v)}" for k, v in gp.items()]
+                    + [f"seed{seed}"]
+                )
+                overrides = (
+                    common
+                    + m_over
+                    + axis_over
+                    + [f"{k}={_yaml_value(v)}" for k, v in gp.items()]
+                    + [f"seed={seed}", f"output.dir={out / 'runs'}", f"output.name={tag}"]
+                )
+                try:
+                    cfg = load_config(cfg_path, overrides)
+                except ConfigError as exc:
+                    raise ConfigError(f"study {name}, run {tag}: {exc}") from None
+                ranks = m.get("ranks") or len(cfg.agents) + (1 if cfg.algorithm in HUB_BASED else 0)
+                runs.append(
+                    Run(
+                        tag,
+                        mname,
+                        axis_name,
+                        value,
+                        gp,
+                        int(seed),
+                        str(cfg_path),
+                        overrides,
+                        int(ranks),
+                        str(out / "runs" / tag),
+                        {"algorithm": cfg.algorithm},
+                    )
+                )
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: two runs share a name; give the methods distinct names")
+    return Study(name, str(path), out, axis_name, grid_keys, runs)
+
+
+def write_manifest(study: Study) -> Path:
+    """``study.json``: every run's method, axis value, grid point, seed and directory."""
+    path = study.output / "study.json"
+    atomic_write_json(
+        path,
+        {
+            "study": study.name,
+            "file": study.path,
+            "axis": study.axis,
+            "grid_keys": study.grid_keys,
+            "runs": [asdict(r) for r in study.runs],
+        },
+    )
+    return path
+
+
+def local_launcher(ranks: int) -> tuple[list[str], dict[str, str]]:
+    """mpiexec beside this Python (or on PATH), with the flags a small machine needs."""
+    here = Path(sys.executable).parent / "mpiexec"
+    mpiexec = str(here) if here.exists() else shutil.which("mpiexec")
+    if mpiexec is None:
+        raise ConfigError("no mpiexec found (run run/install.sh, or load your site MPI module)")
+    env = dict(os.environ)
+    cmd = [mpiexec]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if ranks > (cores or 1):
+        cmd.append("--oversubscribe")
+        env.setdefault("FEDSHEAF_THREADS", "1")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return [*cmd, "-n", "{n}"], env
+
+
+def restart_overrides(run: Run, force: bool) -> list[str] | None:
+    """How to (re)start ``run`` locally: None to skip it (finished), else extra overrides.
+
+    A finished run is skipped unless ``force`` (then it starts over). An interrupted
+    decentralized run continues from its newest checkpoint; others start over.
+    """
+    path = Path(run.dir)
+    if force:
+        return ["output.overwrite=true"]
+    if (path / "summary.json").exists():
+        return None
+    if not path.exists():
+        return []
+    if run.extra.get("algorithm") in DECENTRALIZED:
+        return ["checkpoint.resume=true"]
+    return ["output.overwrite=true"]
+
+
+def run_local(study: Study, force: bool = False) -> int:
+    """Run every unfinished run in sequence; return the number of failures."""
+    fedsheaf = [sys.executable, "-m", "fedsheaf"]
+    logs = study.output / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    failed, timings = [], {}
+    start_all = time.perf_counter()
+    for k, run in enumerate(study.runs, 1):
+        label = f"[{k}/{len(study.runs)}] {run.name}"
+        extra = restart_overrides(run, force)
+        if extra is None:
+            print(f"{label}: finished earlier, skipped", flush=True)
+            continue
+        launcher, env = local_launcher(run.ranks)
+        argv = run.argv(launcher, fedsheaf) + extra
+        print(f"{label}: {run.ranks} ranks ...", flush=True)
+        start = time.perf_counter()
+        with open(logs / f"{run.name}.log", "w") as log:
+            log.write(shlex.join(argv) + "\n")
+            log.flush()
+            code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        seconds = time.perf_counter() - start
+        timings[run.name] = round(seconds, 1)
+        if code != 0:
+            failed.append(run.name)
+            print(f"{label}: FAILED (exit {code}); see {logs / (run.name + '.log')}", flush=True)
+        else:
+            print(f"{label}: done in {seconds:.0f} s", flush=True)
+    total = time.perf_counter() - start_all
+    atomic_write_json(
+        study.output / "timings.json", {"total_seconds": round(total, 1), "runs": timings}
+    )
+    print(f"sweep {study.name}: {len(timings)} runs in {total / 60:.1f} min, {len(failed)} failed")
+    return len(failed)
+
+
+def emit(study: Study, path: Path, launcher: str) -> Path:
+    """Write one command line per run (line k = SLURM array task k)."""
+    lines = [shlex.join(r.argv(shlex.split(launcher), ["fedsheaf"])) for r in study.runs]
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Expand a study (method × axis value × λ grid × seed) into runs. Without --local "
+        "or --emit the plan is printed."
+    )
+    parser.add_argument("study", help="study file (configs/*_sweep.yaml)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--local", action="store_true", help="run every run here, in sequence")
+    mode.add_argument(
+        "--emit",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="write one command per run (default <sweep dir>/commands.txt), e.g. for "
+        "`sed -n ${SLURM_ARRAY_TASK_ID}p commands.txt | bash`",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra config override for every run (repeatable)",
+    )
+    parser.add_argument(
+        "--launcher",
+        default="mpiexec -n {n}",
+        help="launcher prefix for --emit; {n} is the rank count (e.g. 'srun -n {n}')",
+    )
+    parser.add_argument("--force", action="store_true", help="--local: rerun finished runs too")
+
+
+def run(args: argparse.Namespace) -> int:
+    dry = not args.local and args.emit is None
+    study = expand(args.study, args.set)
+    if dry:
+        for r in study.runs:
+            print(shlex.join(r.argv(["mpiexec", "-n", str(r.ranks)], ["fedsheaf"])))
+        print(f"# {len(study.runs)} runs; add --local to run them or --emit to list them")
+        return 0
+    manifest = write_manifest(study)
+    if args.emit is not None:
+        target = Path(args.emit) if args.emit else study.output / "commands.txt"
+        path = emit(study, target, args.launcher)
+        print(f"wrote {len(study.runs)} commands to {path} (manifest {manifest})")
+        return 0
+    return 1 if run_local(study, force=args.force) else 0

@@ -1,0 +1,107 @@
+"""Failures on real ranks end the job quickly, clearly, non-zero, with checkpoints intact.
+
+One story, to keep launches few: a run loses a rank (SIGKILL) after a few
+checkpoints; then the same run is resumed with one agent's learning rate set
+absurdly high, so that agent's loss turns NaN on the first step after the
+checkpoint. A raised exception in a toy program is covered by test_runtime.py,
+a missing data file at start by test_run.py and test_hardening.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from fedsheaf import checkpoint
+from tests.conftest import MPIEXEC, REPO, mpi_env, run_mpi
+
+pytestmark = pytest.mark.mpi
+
+
+def _rank_pids(tag: str, launcher: int) -> list[int]:
+    """Python rank processes whose command line carries ``tag`` (not the launcher)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == launcher:
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and b"python" in Path(argv[0].decode()).name.encode() and tag.encode() in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _assert_intact(run: Path, at_least: int) -> int:
+    ckpt = checkpoint.latest(run, 4)
+    assert ckpt is not None and ckpt.epoch >= at_least
+    for rank in range(4):
+        assert checkpoint.load_rank(ckpt, rank)["epoch"] == ckpt.epoch
+    return ckpt.epoch
+
+
+def test_lost_rank_and_diverged_agent_stop_the_job(tmp_path):
+    if not MPIEXEC.exists():
+        pytest.skip(f"mpiexec not found at {MPIEXEC}")
+    name = f"lost-{uuid.uuid4().hex[:12]}"  # unique command line, to find the ranks
+    run = tmp_path / name
+    cmd = [
+        str(MPIEXEC),
+        "--oversubscribe",
+        "-n",
+        "4",
+        sys.executable,
+        "-m",
+        "fedsheaf",
+        "run",
+        "configs/quickstart.yaml",
+        f"output.dir={tmp_path}",
+        f"output.name={name}",
+        "train.epochs=500",
+        "train.steps_per_epoch=3",
+    ]
+    with open(tmp_path / "out.txt", "w") as log:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=mpi_env(), stdout=log, stderr=log, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + 150
+            while (checkpoint.latest(run, 4) or checkpoint.Checkpoint(run, 0, 4)).epoch < 2:
+                assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint"
+                time.sleep(0.05)
+            victim = _rank_pids(f"output.name={name}", proc.pid)[-1]
+            os.kill(victim, signal.SIGKILL)
+            killed = time.monotonic()
+            code = proc.wait(timeout=60)
+            assert time.monotonic() - killed < 30
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    out = (tmp_path / "out.txt").read_text()
+    assert code != 0
+    assert f"PID {victim}" in out and "signal 9" in out, out[-2000:]
+    epoch = _assert_intact(run, 2)
+
+    # resume, with agent 1 diverging on its first step: one message, non-zero, checkpoint kept
+    start = time.monotonic()
+    proc2 = run_mpi(
+        4, ["-m", "fedsheaf", "run", "--resume", str(run), "agents[1].lr=1e30"], timeout=120
+    )
+    assert proc2.returncode != 0
+    message = f"fedsheaf: error on rank 1: agent 1: loss became nan in epoch {epoch + 1}, step"
+    assert proc2.stderr.count(message) == 1, proc2.stderr
+    assert proc2.stderr.count("fedsheaf: error") == 1 and "Traceback" not in proc2.stderr
+    assert time.monotonic() - start < 120
+    assert _assert_intact(run, 2) == epoch
+    assert json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"] == epoch
+    assert not (run / "summary.json").exists()

@@ -1,0 +1,199 @@
+"""Malformed input to ``fedsheaf run``: one clear message, non-zero exit, never a traceback.
+
+``python -m fedsheaf run`` on one rank works without mpiexec (an MPI singleton),
+so no case here needs a launcher. Most cases run in *one* driver process that
+calls the CLI entry point again and again and records each exit status and
+stderr (an exception escaping the CLI would be a traceback for the user, so it
+fails the case); three cases are real, separate processes. Parser-level cases
+live in tests/unit/test_config*.py and tests/unit/test_graphs*.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, mpi_env
+
+pytestmark = pytest.mark.mpi
+
+DRIVER = r"""
+import contextlib, io, json, sys, traceback
+from fedsheaf.cli import main
+
+out = []
+for argv in json.load(open(sys.argv[1])):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+        except BaseException:
+            code = "crash"
+            traceback.print_exc(file=err)
+    out.append({"argv": argv, "code": code, "stderr": err.getvalue()})
+json.dump(out, open(sys.argv[2], "w"))
+"""
+
+AGENT = {"encoder": [4, 6], "head": [8], "classes": [0, 1, 2]}
+
+
+def _graph(tmp: Path, name: str, nodes, edges) -> str:
+    path = tmp / f"{name}.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"name": name, "nodes": [{"id": i, "dim": 6} for i in nodes], "edges": edges}
+        )
+    )
+    return str(path)
+
+
+def _config(tmp: Path, name: str, graph: str, n_agents: int = 1, **extra) -> str:
+    cfg = {
+        "name": name,
+        "graph": graph,
+        "agents": [AGENT] * n_agents,
+        "train": {"epochs": 1, "steps_per_epoch": 2},
+        "sheaf": {"pilot_batch": 8},
+        "data": {"limit": 400},
+        "output": {"dir": str(tmp / "runs")},
+        **extra,
+    }
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def _cases(tmp: Path) -> list[tuple[list[str], str]]:
+    one = _graph(tmp, "one", [0], [])
+    good = _config(tmp, "good", one)
+    bad_yaml = tmp / "bad.yaml"
+    bad_yaml.write_text("name: x\nagents: [unclosed\n")
+    fm = ["data.dataset=fashionmnist"]
+    empty_root = tmp / "empty"
+    (empty_root / "FashionMNIST" / "raw").mkdir(parents=True)
+    torn_root = tmp / "torn"
+    (torn_root / "FashionMNIST" / "raw").mkdir(parents=True)
+    for f in (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    ):
+        (torn_root / "FashionMNIST" / "raw" / f).write_bytes(b"\x00\x00\x08\x03\x00")
+    unfinished = tmp / "runs" / "unfinished"
+    (unfinished / "checkpoints").mkdir(parents=True)
+    finished = tmp / "runs" / "finished"
+    finished.mkdir(parents=True)
+    (finished / "config.yaml").write_text(Path(good).read_text())
+    (finished / "summary.json").write_text("{}")
+    run = ["run"]
+    return [
+        (run + [str(tmp / "nope.yaml")], "nope.yaml does not exist"),
+        (run + [str(bad_yaml)], "bad.yaml is not valid YAML"),
+        (run + [good, "train.epoch=2"], "unknown config key 'train.epoch' (did you mean"),
+        (run + [good, "train.epochs=two"], "'train.epochs' must be an integer, got 'two'"),
+        (run + [good, "sheaf.lam=-1"], "config key 'sheaf.lam' must be >= 0.0, got -1.0"),
+        (run + [good, "agents[0].lr=0"], "config key 'agents[0].lr' must be > 0.0"),
+        (run + [good, "agents[3].lr=1"], "'agents' has 1 entries"),
+        (run + [good, "train"], "must look like key=value"),
+        (run + [good, f"graph={tmp / 'missing.yaml'}"], "missing.yaml"),
+        (
+            run + [_config(tmp, "loop", _graph(tmp, "g_loop", [0, 1], [[0, 1], [1, 1]]), 2)],
+            "self-loop",
+        ),
+        (
+            run + [_config(tmp, "dup", _graph(tmp, "g_dup", [0, 1], [[0, 1], [1, 0]]), 2)],
+            "duplicate",
+        ),
+        (
+            run + [_config(tmp, "ghost", _graph(tmp, "g_ghost", [0, 1], [[0, 1], [1, 5]]), 2)],
+            "names node 5, which does not exist",
+        ),
+        (run + [_config(tmp, "apart", _graph(tmp, "g_apart", [0, 1], []), 2)], "connected"),
+        (
+            run + [_config(tmp, "size", _graph(tmp, "g_size", [0, 1], [[0, 1]]), 2)],
+            "has 2 nodes but the job has 1 ranks",
+        ),
+        (run + [_config(tmp, "count", one, 2)], "config lists 2 agents but graph"),
+        (
+            run + [good, *fm, "data.root=/nonexistent"],
+            "/nonexistent/FashionMNIST/raw/train-images-idx3-ubyte",
+        ),
+        (run + [good, *fm, f"data.root={empty_root}"], "train-images-idx3-ubyte"),
+        (run + [good, *fm, f"data.root={torn_root}"], "cannot load dataset 'fashionmnist'"),
+        (run + [good, "data.dataset=imagenet"], "'data.dataset' must be one of"),
+        (run + [good, "output.name=unfinished"], "holds an unfinished run"),
+        (run + ["--resume", str(finished)], "already holds a finished run"),
+        (run + ["--resume", str(tmp)], "no config.yaml there"),
+        (run + [good, "--resume", str(finished)], "give a CONFIG file or --resume RUN_DIR"),
+        (run, "needs a CONFIG file or --resume RUN_DIR"),
+        (run + [good, "checkpoint.resume=true", "output.overwrite=true"], "exclude each other"),
+    ]
+
+
+def test_bad_inputs_give_one_clear_message(tmp_path):
+    cases = _cases(tmp_path)
+    (tmp_path / "cases.json").write_text(json.dumps([argv for argv, _ in cases]))
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(tmp_path / "cases.json"), str(tmp_path / "out.json")],
+        cwd=REPO,
+        env=mpi_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads((tmp_path / "out.json").read_text())
+    failures = []
+    for (argv, expected), got in zip(cases, results, strict=True):
+        lines = got["stderr"].strip().splitlines()
+        ok = (
+            got["code"] == 2
+            and len(lines) == 1
+            and expected in lines[0]
+            and lines[0].startswith("fedsheaf: error")
+            and "Traceback" not in got["stderr"]
+        )
+        if not ok:
+            failures.append(f"{argv[1:]}: exit {got['code']}, stderr {got['stderr']!r}")
+    assert not failures, "\n".join(failures)
+    finished = tmp_path / "runs" / "finished" / "summary.json"
+    assert list(tmp_path.rglob("summary.json")) == [finished], "a bad input started a run"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fedsheaf", *args],
+        cwd=REPO,
+        env=mpi_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_real_processes_without_mpiexec(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: [\n")
+    proc = _cli("run", str(bad))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "is not valid YAML" in proc.stderr
+
+    good = _config(tmp_path, "good", _graph(tmp_path, "one", [0], []))
+    proc = _cli("run", good, "data.dataset=mnist", f"data.root={tmp_path / 'no-data'}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no-data/MNIST/raw/train-images-idx3-ubyte" in proc.stderr
+
+    # the same singleton trains a one-agent run, checkpointing every epoch
+    proc = _cli("run", good, "train.epochs=2", "checkpoint.every=1")
+    assert proc.returncode == 0, proc.stderr
+    run = tmp_path / "runs" / "good-seed0"
+    assert json.loads((run / "summary.json").read_text())["n_agents"] == 1
+    assert json.loads((run / "checkpoints" / "latest.json").read_text())["epochs"] == [1, 2]

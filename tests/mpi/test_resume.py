@@ -1,0 +1,102 @@
+"""Checkpoint/resume on real ranks: a run killed mid-way and resumed ends bitwise equal."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedsheaf.results import read_metrics
+from tests.conftest import MPIEXEC, REPO, mpi_env, run_mpi
+
+pytestmark = pytest.mark.mpi
+EPOCHS = 30
+COMMON = ["train.steps_per_epoch=3", f"train.epochs={EPOCHS}", "seed=5"]
+
+
+def _command(out: Path, *args: str) -> list[str]:
+    return [
+        str(MPIEXEC),
+        "--oversubscribe",
+        "-n",
+        "4",
+        sys.executable,
+        "-m",
+        "fedsheaf",
+        "run",
+        *args,
+        f"output.dir={out}",
+        *COMMON,
+    ]
+
+
+def _manifest_epoch(run: Path) -> int:
+    try:
+        return json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"]
+    except (OSError, ValueError, KeyError):
+        return 0
+
+
+def _without_seconds(obj):
+    if isinstance(obj, dict):
+        return {
+            k: _without_seconds(v) for k, v in obj.items() if k not in ("seconds", "wall_seconds")
+        }
+    if isinstance(obj, list):
+        return [_without_seconds(v) for v in obj]
+    return obj
+
+
+def test_killed_run_resumes_to_the_same_numbers(tmp_path):
+    if not MPIEXEC.exists():
+        pytest.skip(f"mpiexec not found at {MPIEXEC}")
+    env = mpi_env()
+    # the reference and the run to be killed start together (startup dominates on 2 cores)
+    ref = subprocess.Popen(
+        _command(tmp_path, "configs/quickstart.yaml", "output.name=ref"),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    cut_dir = tmp_path / "cut"
+    cut = subprocess.Popen(
+        _command(tmp_path, "configs/quickstart.yaml", "output.name=cut"),
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 150
+    try:
+        while _manifest_epoch(cut_dir) < 2 and cut.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint appeared"
+            time.sleep(0.02)
+        os.killpg(cut.pid, signal.SIGKILL)  # preemption: the whole job dies at once
+    finally:
+        cut.wait(timeout=30)
+        out, err = ref.communicate(timeout=240)
+    assert ref.returncode == 0, err
+    assert not (cut_dir / "summary.json").exists(), "the run finished before it was killed"
+    killed_at = _manifest_epoch(cut_dir)
+    assert 2 <= killed_at < EPOCHS
+
+    proc = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(cut_dir)], timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert f"resuming {cut_dir} after epoch {killed_at}" in proc.stdout
+    reference = read_metrics(tmp_path / "ref" / "metrics.jsonl")
+    resumed = read_metrics(cut_dir / "metrics.jsonl")
+    assert [r["epoch"] for r in resumed] == list(range(1, EPOCHS + 1))
+    assert _without_seconds(resumed) == _without_seconds(reference)
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (tmp_path / "ref", cut_dir)]
+    assert _without_seconds(summaries[0]) == _without_seconds(summaries[1])
+    kept = sorted(p.name for p in (cut_dir / "checkpoints").glob("epoch-*"))
+    assert kept == [f"epoch-{EPOCHS - 1:04d}", f"epoch-{EPOCHS:04d}"]

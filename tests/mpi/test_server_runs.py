@@ -1,0 +1,133 @@
+"""Server-based runs on real ranks: results, rank-count independence, clear errors.
+
+One tiny FedRep configuration (FashionMNIST, first 2,000 images of each split,
+10 clients x 2 classes) runs at np=2 (one worker hosting all 10 clients) and at
+np=4 (three workers hosting 4/3/3). Because the server averages in client-id
+order and every random choice is keyed by (seed, client, round), the two runs
+must produce identical metrics -- which also shows that the same config and
+seed give the same metrics twice.
+"""
+
+import json
+
+import pytest
+import yaml
+
+from fedsheaf.results import read_metrics
+
+pytestmark = pytest.mark.mpi
+CLIENTS, ROUNDS, SELECTED = 10, 3, 3
+SHARED_BODY = 234_872  # FedRep CNN on 28x28 inputs, all but fc3
+ALL = SHARED_BODY + 650
+
+
+def _config(tmp_path, root, **federated):
+    fed = {
+        "clients": CLIENTS,
+        "classes_per_client": 2,
+        "train_per_client": 40,
+        "test_per_client": 20,
+        "rounds": ROUNDS,
+        "fraction": 0.3,
+        "head_epochs": 1,
+        "body_epochs": 1,
+        "local_epochs": 1,
+        "finetune_epochs": 1,
+        "eval_last": 2,
+        "eval_every": 2,
+        "weighted": False,
+    }
+    fed.update(federated)
+    cfg = {
+        "name": "tiny",
+        "algorithm": "fedrep",
+        "seed": 4,
+        "data": {"dataset": "fashionmnist", "root": str(root), "limit": 2000},
+        "train": {
+            "batch_size": 10,
+            "lr": 0.01,
+            "momentum": 0.5,
+            "weight_decay": 1e-4,
+            "clip": None,
+        },
+        "federated": fed,
+        "output": {"dir": str(tmp_path / "runs")},
+    }
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def _run(mpirun, n, config, *overrides):
+    return mpirun(n, ["-m", "fedsheaf", "run", str(config), *overrides], timeout=240)
+
+
+def _comparable(records):
+    drop = {"seconds", "train_seconds", "bytes_down", "bytes"}  # down: one copy per rank
+    return [{k: v for k, v in r.items() if k not in drop} for r in records]
+
+
+def test_fedrep_results_do_not_depend_on_the_rank_count(mpirun, tmp_path, fmnist_root):
+    cfg = _config(tmp_path, fmnist_root)
+    procs = {n: _run(mpirun, n, cfg, f"output.name=np{n}") for n in (2, 4)}
+    for proc in procs.values():
+        assert proc.returncode == 0, proc.stderr
+    out = procs[4].stdout
+    assert "10 clients on 3 worker ranks (up to 4 per rank)" in out
+    assert "10 clients on 1 worker rank (up to 10 per rank)" in procs[2].stdout
+    assert out.count("round    1/3") == 1 and out.count("final round  loss") == 1  # rank 0 logs
+    m2, m4 = (read_metrics(tmp_path / "runs" / f"np{n}" / "metrics.jsonl") for n in (2, 4))
+    assert _comparable(m2) == _comparable(m4)
+    assert [r["round"] for r in m4] == [1, 2, 3, 4] and [r["final"] for r in m4][-1]
+    assert "acc" not in m4[0] and all("acc" in r for r in m4[1:])  # eval_every=2, eval_last=2
+    for r in m4[:ROUNDS]:
+        assert len(r["selected"]) == SELECTED and r["selected"] == sorted(r["selected"])
+        # up: 3 bodies + (client, n, loss) per selected client [+ 4 floats per client eval]
+        evals = 4 * 8 * CLIENTS if "acc" in r else 0
+        assert r["bytes_up"] == SELECTED * (4 * SHARED_BODY + 3 * 8) + evals
+        assert r["bytes"]["params_down"] == 3 * 4 * SHARED_BODY * (1 + (r["round"] == 1))
+    final = m4[-1]
+    assert final["bytes_up"] == CLIENTS * 3 * 8 + 4 * 8 * CLIENTS  # nothing but reports
+    summary = json.loads((tmp_path / "runs" / "np4" / "summary.json").read_text())
+    assert summary["n_workers"] == 3 and summary["shared_params"] == SHARED_BODY
+    assert summary["score_rounds"] == [2, 3]
+    assert summary["score"] == pytest.approx((m4[1]["acc"] + m4[2]["acc"]) / 2)
+    assert summary["final_acc"] == final["acc"] and len(summary["client_acc"]) == CLIENTS
+    assert 0.0 <= summary["score"] <= 1.0
+    resolved = yaml.safe_load((tmp_path / "runs" / "np4" / "config.yaml").read_text())
+    assert resolved["federated"]["clients"] == CLIENTS and resolved["algorithm"] == "fedrep"
+
+
+def test_fedavg_ft_is_fedavg_plus_a_final_head_round(mpirun, tmp_path, fmnist_root):
+    cfg = _config(tmp_path, fmnist_root, rounds=2, eval_every=1, finetune_epochs=2)
+    procs = {
+        a: _run(mpirun, 3, cfg, f"algorithm={a}", f"output.name={a}")
+        for a in ("fedavg", "fedavg_ft")
+    }
+    for proc in procs.values():
+        assert proc.returncode == 0, proc.stderr
+    avg, ft = (read_metrics(tmp_path / "runs" / a / "metrics.jsonl") for a in procs)
+    assert _comparable(ft[:-1]) == _comparable(avg) and len(avg) == 2  # same rounds
+    summary = json.loads((tmp_path / "runs" / "fedavg_ft" / "summary.json").read_text())
+    assert summary["shared_params"] == ALL and summary["shared"] == "all"
+    assert summary["score"] == summary["final_acc"] == ft[-1]["acc"] and ft[-1]["final"]
+    assert summary["acc_last"] == pytest.approx((ft[0]["acc"] + ft[1]["acc"]) / 2)
+    assert "local: all x1; final round: head x2" in procs["fedavg_ft"].stdout
+    assert ft[0]["bytes"]["params_up"] == SELECTED * 4 * ALL
+    plain = json.loads((tmp_path / "runs" / "fedavg" / "summary.json").read_text())
+    assert plain["final_acc"] is None and plain["score"] == summary["acc_last"]
+
+
+@pytest.mark.parametrize(
+    "n,overrides,message",
+    [
+        (1, [], "needs at least 2 ranks (1 server + 1 worker), got 1"),
+        (3, ["federated.clients=3"], "federated.clients * federated.classes_per_client = 6"),
+    ],
+)
+def test_bad_setup_gives_one_clear_message(mpirun, tmp_path, fmnist_root, n, overrides, message):
+    proc = _run(mpirun, n, _config(tmp_path, fmnist_root), *overrides)
+    assert proc.returncode != 0
+    assert proc.stderr.count(message) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("runs/*/summary.json"))

@@ -1,0 +1,270 @@
+"""Checkpoint files, the manifest protocol, and bitwise resume of one agent (no MPI)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from fedsheaf import checkpoint, experiment
+from fedsheaf.algorithms import DECENTRALIZED
+from fedsheaf.algorithms.base import Agent
+from fedsheaf.algorithms.sheaf_frl import SheafFRL
+from fedsheaf.checkpoint import CheckpointError
+from fedsheaf.config import ExperimentConfig
+from fedsheaf.graphs import Graph
+from fedsheaf.results import read_metrics
+from fedsheaf.schema import build
+
+torch.set_num_threads(1)
+
+
+def _save_all(run, epoch, n, keep=2):
+    for r in range(n):
+        checkpoint.save_rank(run, epoch, r, {"value": torch.tensor([epoch, r])})
+    return checkpoint.commit(run, epoch, n, keep)
+
+
+def test_commit_keeps_the_newest_and_latest_finds_them(tmp_path):
+    assert checkpoint.latest(tmp_path, 3) is None
+    for epoch in range(1, 5):
+        _save_all(tmp_path, epoch, 3)
+    dirs = sorted(p.name for p in (tmp_path / "checkpoints").glob("epoch-*"))
+    assert dirs == ["epoch-0003", "epoch-0004"]
+    ckpt = checkpoint.latest(tmp_path, 3)
+    assert ckpt.epoch == 4 and ckpt.n_ranks == 3
+    state = checkpoint.load_rank(ckpt, 2)
+    assert state["epoch"] == 4 and state["rank"] == 2 and state["value"].tolist() == [4, 2]
+    manifest = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    assert manifest["epochs"] == [3, 4]
+    assert not list(tmp_path.rglob(".*"))  # no temp files left behind
+    _save_all(tmp_path, 6, 3, keep=1)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("epoch-*")) == ["epoch-0006"]
+
+
+def test_incomplete_checkpoints_are_never_used(tmp_path):
+    _save_all(tmp_path, 1, 2)
+    _save_all(tmp_path, 2, 2)
+    # a job killed while writing epoch 3: some rank files, no manifest entry
+    checkpoint.save_rank(tmp_path, 3, 0, {})
+    assert checkpoint.latest(tmp_path, 2).epoch == 2
+    # a listed checkpoint that lost a rank file falls back to the older one
+    checkpoint.rank_file(tmp_path, 2, 1).unlink()
+    assert checkpoint.latest(tmp_path, 2).epoch == 1
+    # committing epoch 3 later keeps the partial folder's newest files and prunes epoch 1
+    checkpoint.save_rank(tmp_path, 3, 1, {})
+    checkpoint.commit(tmp_path, 3, 2)
+    assert checkpoint.latest(tmp_path, 2).epoch == 3
+    assert not checkpoint.epoch_dir(tmp_path, 1).exists()
+
+
+def test_a_failed_save_leaves_no_partial_file(tmp_path, monkeypatch):
+    _save_all(tmp_path, 1, 1)
+
+    def broken_save(obj, fh):
+        fh.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.save_rank(tmp_path, 2, 0, {})
+    assert list(checkpoint.epoch_dir(tmp_path, 2).iterdir()) == []
+    assert checkpoint.latest(tmp_path, 1).epoch == 1
+
+
+@pytest.mark.parametrize(
+    "text", ["{", "[]", '{"epochs": [1], "n_ranks": "2"}', '{"epochs": ["x"], "n_ranks": 2}']
+)
+def test_bad_manifest_is_a_clear_error(tmp_path, text):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest.json").write_text(text)
+    with pytest.raises(CheckpointError, match="latest.json is (unreadable|malformed)"):
+        checkpoint.latest(tmp_path, 2)
+
+
+def test_other_rank_count_and_damaged_files_are_clear_errors(tmp_path):
+    ckpt = _save_all(tmp_path, 1, 2)
+    with pytest.raises(CheckpointError, match="hold 2 ranks but this job has 4"):
+        checkpoint.latest(tmp_path, 4)
+    ckpt.rank_file(1).write_bytes(b"not a torch file")
+    with pytest.raises(CheckpointError, match="rank-1.pt cannot be read"):
+        checkpoint.load_rank(ckpt, 1)
+    ckpt.rank_file(1).write_bytes(ckpt.rank_file(0).read_bytes())
+    with pytest.raises(CheckpointError, match="does not hold rank 1, epoch 1"):
+        checkpoint.load_rank(ckpt, 1)
+    torch.save({"epoch": 1}, ckpt.rank_file(1))
+    with pytest.raises(CheckpointError, match="not a fedsheaf checkpoint"):
+        checkpoint.load_rank(ckpt, 1)
+
+
+def test_fresh_start_refuses_an_unfinished_run(tmp_path):
+    checkpoint.check_fresh_start(tmp_path / "new", overwrite=False)
+    _save_all(tmp_path, 1, 1)
+    with pytest.raises(CheckpointError, match="unfinished run.*--resume"):
+        checkpoint.check_fresh_start(tmp_path, overwrite=False)
+    checkpoint.check_fresh_start(tmp_path, overwrite=True)
+    assert not (tmp_path / "checkpoints").exists()
+    (tmp_path / "metrics.jsonl").write_text("{}\n")
+    with pytest.raises(CheckpointError, match="unfinished run"):
+        checkpoint.check_fresh_start(tmp_path, overwrite=False)
+    (tmp_path / "summary.json").write_text("{}")
+    checkpoint.check_fresh_start(tmp_path, overwrite=False)  # RunDir reports finished runs
+
+
+def test_rewrite_metrics_keeps_exactly_the_given_records(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"epoch": 1}\n{"epoch": 2}\n{"epoch": 3, "tor')
+    records = [{"epoch": 1, "loss": float("nan"), "agents": [{"comm_by_neighbour": {2: 0.5}}]}]
+    checkpoint.rewrite_metrics(path, records)
+    assert read_metrics(path) == [
+        {"epoch": 1, "loss": None, "agents": [{"comm_by_neighbour": {"2": 0.5}}]}
+    ]
+    checkpoint.rewrite_metrics(path, [])
+    assert path.read_text() == ""
+
+
+@pytest.mark.parametrize("n,expected", [(0, []), (3, [3, 6, 9])])
+def test_due(n, expected):
+    assert [e for e in range(1, 11) if checkpoint.due(e, n)] == expected
+
+
+# ---- one agent, resumed bitwise ----------------------------------------------
+class EchoNeighbour:
+    """A stand-in neighbour (agent 1, same d) that answers with a fixed rotation of
+    whatever it is sent: deterministic, stateless, and enough to exercise maps."""
+
+    neighbours = [1]
+
+    def __init__(self, d: int) -> None:
+        q, _ = torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(1)))
+        self.q = q
+
+    def exchange(self, mat, shapes=None, device=None):
+        mat = mat.detach()
+        rotate = shapes is not None and mat.shape[0] == len(self.q)  # a d × K pilot matrix
+        return [self.q @ mat if rotate else mat.clone()]
+
+    def exchange_each(self, mats, shapes=None, device=None):
+        return [m.detach().clone() for m in mats]
+
+    def take_round_bytes(self):
+        return {1: 0}
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.records = []
+
+    def epoch(self, record):
+        self.records.append({k: v for k, v in record.items() if k != "seconds"})
+
+
+class Stop(Exception):
+    pass
+
+
+@pytest.fixture(scope="module")
+def setup():
+    agent = {"encoder": [6, 8], "head": [16], "dropout": 0.3, "classes": [0, 1, 2, 3, 4]}
+    raw = {
+        "name": "one",
+        "graph": "unused.yaml",
+        "agents": [agent, agent],
+        "data": {"limit": 600},
+        "sheaf": {"pilot_batch": 16},
+        "train": {"epochs": 5, "steps_per_epoch": 3, "eval_every": 2, "batch_size": 16},
+    }
+    graph = Graph("pair", dims=(8, 8), edges=((0, 1),))
+    return raw, graph
+
+
+def _algorithm(setup, name="sheaf_frl", sheaf=None, **train):
+    raw, graph = setup
+    raw = {**raw, "train": {**raw["train"], **train}, "sheaf": {**raw["sheaf"], **(sheaf or {})}}
+    cfg = build(ExperimentConfig, {**raw, "algorithm": name})
+    ds, part = experiment.load_and_partition(cfg)
+    cpu = torch.device("cpu")
+    data = experiment.agent_data(ds, part, 0, cpu)
+    model = experiment.agent_model(cfg, ds, 0, cpu)
+    agent = Agent(0, cfg, graph, data, model, cpu, cfg.train.steps_per_epoch)
+    return DECENTRALIZED[name](agent, EchoNeighbour(8), Collect())
+
+
+def _params(algo):
+    return [t.clone() for t in algo.model.state_dict().values()]
+
+
+@pytest.mark.parametrize(
+    "name,sheaf",
+    [
+        ("sheaf_frl", {}),
+        ("sheaf_frl", {"map_refresh": "step"}),
+        ("sheaf_frl", {"variant": "homogeneous"}),
+        ("sheaf_frl", {"variant": "strict"}),
+        ("noncoop", {}),
+        ("comfed", {}),
+        ("sheaf_fmtl", {}),
+    ],
+)
+def test_resumed_agent_matches_an_uninterrupted_one(setup, tmp_path, name, sheaf):
+    straight = _algorithm(setup, name, sheaf)
+    straight.run()
+
+    def save_then_stop(done):
+        checkpoint.save_rank(tmp_path, done, 0, {"algorithm": first.state_dict()})
+        checkpoint.commit(tmp_path, done, 1)
+        if done == 3:
+            raise Stop
+
+    first = _algorithm(setup, name, sheaf)
+    with pytest.raises(Stop):
+        first.run(0, save_then_stop)
+    # what a fresh process does: new model and optimizer, then the saved state
+    resumed = _algorithm(setup, name, sheaf)
+    ckpt = checkpoint.latest(tmp_path, 1)
+    assert ckpt.epoch == 3
+    resumed.load_state_dict(checkpoint.load_rank(ckpt, 0)["algorithm"])
+    resumed.run(ckpt.epoch)
+    assert first.reporter.records + resumed.reporter.records == straight.reporter.records
+    assert all(torch.equal(a, b) for a, b in zip(_params(straight), _params(resumed), strict=True))
+    if isinstance(straight, SheafFRL):
+        assert resumed.maps.keys() == straight.maps.keys()
+        assert all(torch.equal(resumed.maps[j], straight.maps[j]) for j in straight.maps)
+
+    # the test has teeth: without the dropout generator's state the run differs
+    again = _algorithm(setup, name, sheaf)
+    state = checkpoint.load_rank(ckpt, 0)["algorithm"]
+    again.load_state_dict({**state, "rng": checkpoint.rng_state(again.model)})
+    again.run(ckpt.epoch)
+    assert again.reporter.records != straight.reporter.records[3:]
+
+
+def test_resume_keeps_the_configured_learning_rate(setup):
+    first = _algorithm(setup)
+    state = first.state_dict()
+    later = _algorithm(setup, lr=0.5)
+    later.load_state_dict(state)
+    assert [g["lr"] for g in later.optimizer.param_groups] == [0.5]
+
+
+def test_sheaf_window_and_maps_round_trip(setup, tmp_path):
+    algo = _algorithm(setup)
+    algo.maps = {1: torch.eye(8)}
+    algo.window.add(1, torch.randn(8, 5), torch.randn(8, 5))
+    checkpoint.save_rank(tmp_path, 1, 0, {"algorithm": algo.state_dict()})
+    other = _algorithm(setup)
+    other.load_state_dict(
+        checkpoint.load_rank(checkpoint.Checkpoint(tmp_path, 1, 1), 0)["algorithm"]
+    )
+    assert torch.equal(other.maps[1], torch.eye(8))
+    assert torch.equal(other.window.cross(1), algo.window.cross(1))
+    assert other.window.samples(1) == 5
+
+
+def test_a_checkpoint_of_another_model_is_a_clear_error(setup, tmp_path):
+    algo = _algorithm(setup)
+    state = algo.state_dict()
+    state["model"] = {k: v[..., :1] if v.ndim else v for k, v in state["model"].items()}
+    with pytest.raises(CheckpointError, match="agent 0: checkpoint does not fit"):
+        algo.load_state_dict(state)

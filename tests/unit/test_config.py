@@ -1,0 +1,195 @@
+"""fedsheaf.config: YAML files, key=value overrides, validation, resume configs."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedsheaf.config import (
+    ExperimentConfig,
+    apply_overrides,
+    dump_config,
+    load_config,
+    parse_override,
+    read_yaml,
+    resume_config,
+)
+from fedsheaf.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+QUICK = REPO / "configs" / "quickstart.yaml"
+
+
+def _write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")))
+def test_shipped_run_configs_load_and_their_dump_reloads_equal(tmp_path, path):
+    if not set(yaml.safe_load(path.read_text())) <= {f.name for f in fields(ExperimentConfig)}:
+        pytest.skip("not a run config (a sweep study or a theory config)")
+    cfg = load_config(path)
+    again = load_config(_write(tmp_path, dump_config(cfg)))
+    assert again == cfg and isinstance(again, ExperimentConfig)
+
+
+def test_overrides_set_nested_keys_list_entries_and_typed_values():
+    cfg = load_config(
+        QUICK,
+        [
+            "train.epochs=3",
+            "seed=7",
+            "train.weight_decay=5e-4",
+            "agents[2].lr=0.5",
+            "agents[0].classes=[1, 2]",
+            "output.name=x y",
+            "checkpoint.every=0",
+            "train.clip=null",
+        ],
+    )
+    assert cfg.train.epochs == 3 and cfg.seed == 7 and cfg.train.weight_decay == 5e-4
+    assert [a.lr for a in cfg.agents] == [None, None, 0.5, None]
+    assert cfg.agents[0].classes == [1, 2] and cfg.output.name == "x y"
+    assert cfg.checkpoint.every == 0 and cfg.train.clip is None
+    assert cfg.checkpoint.keep == 2 and cfg.checkpoint.resume is False
+    later = load_config(QUICK, ["seed=1", "seed=2"])
+    assert later.seed == 2  # the last override wins
+
+
+def test_apply_overrides_creates_missing_sections():
+    raw = apply_overrides({"name": "n"}, ["train.lr=0.5", "checkpoint.every=2"])
+    assert raw == {"name": "n", "train": {"lr": 0.5}, "checkpoint": {"every": 2}}
+
+
+def test_parse_override_paths():
+    assert parse_override("a.b_2[3][0].c=x") == (["a", "b_2", 3, 0, "c"], "x")
+    assert parse_override("k=") == (["k"], None)
+    assert parse_override("k = [1, 2]") == (["k"], [1, 2])
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("train.epochs", "must look like key=value"),
+        ("=3", "has an empty key"),
+        ("train..lr=1", "has an empty key"),
+        ("train.lr-x=1", "'lr-x' is not a key name"),
+        ("agents[x].lr=1", "'agents[x]' is not a key name"),
+        ("train.lr=[1,", "cannot parse value"),
+        ("agents[4].lr=1", "'agents' has 4 entries"),
+        ("train.lr.x=1", "'train.lr' is not a section"),
+        ("seed[0]=1", "'seed' is not a list"),
+        ("train[0]=1", "'train' is not a list"),
+    ],
+)
+def test_bad_overrides_are_config_errors(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(QUICK, [override])
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("train.epoch=3", "unknown config key 'train.epoch' (did you mean 'epochs'?)"),
+        ("sed=3", "unknown config key 'sed' (did you mean 'seed'?)"),
+        ("agents[1].encodr=[8]", "unknown config key 'agents[1].encodr' (did you mean 'encoder'?)"),
+        ("checkpoint.evry=2", "unknown config key 'checkpoint.evry' (did you mean 'every'?)"),
+        ("train.epochs=three", "config key 'train.epochs' must be an integer, got 'three'"),
+        ("train.epochs=true", "config key 'train.epochs' must be an integer, got True"),
+        ("train.epochs=0", "config key 'train.epochs' must be >= 1, got 0"),
+        ("train.lr=0", "config key 'train.lr' must be > 0.0"),
+        ("train.lr=.nan", "config key 'train.lr' must be a finite number"),
+        ("agents[3].lr=-1", "config key 'agents[3].lr' must be > 0.0, got -1.0"),
+        ("agents[0].dropout=0.99", "config key 'agents[0].dropout' must be <= 0.95"),
+        ("agents[0].encoder=[]", "config key 'agents[0].encoder' needs at least one width"),
+        ("agents[0].classes=[3, 12]", "'agents[0].classes' has class ids [12] outside 0..9"),
+        ("train.optimizer=rmsprop", "config key 'train.optimizer' must be one of sgd, nesterov"),
+        ("data=5", "data must be a mapping of keys to values, got 5"),
+        ("checkpoint.every=-1", "config key 'checkpoint.every' must be >= 0"),
+        ("checkpoint.keep=0", "config key 'checkpoint.keep' must be >= 1"),
+        ("checkpoint.resume=maybe", "config key 'checkpoint.resume' must be true/false"),
+        ("graph=null", "algorithm sheaf_frl needs config key 'graph'"),
+        ("name=null", "config key 'name' must be a string"),
+    ],
+)
+def test_bad_values_name_the_key(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(QUICK, [override])
+    assert message in str(err.value)
+    assert str(err.value).startswith(f"{QUICK}: ")
+
+
+def test_resume_excludes_overwrite_and_server_algorithms():
+    with pytest.raises(ConfigError, match="'checkpoint.resume' and 'output.overwrite'"):
+        load_config(QUICK, ["checkpoint.resume=true", "output.overwrite=true"])
+    with pytest.raises(ConfigError, match="algorithm fedavg cannot resume"):
+        load_config(QUICK, ["algorithm=fedavg", "checkpoint.resume=true"])
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("name: [unclosed", "is not valid YAML"),
+        ("- a\n- b\n", "must hold a YAML mapping at top level"),
+        ("", "must hold a YAML mapping at top level"),
+        ("just text", "must hold a YAML mapping at top level"),
+        ("algorithm: sheaf_frl\n", "missing required config key 'name'"),
+        ("name: x\nname: y\n", None),  # PyYAML keeps the last duplicate; still a valid mapping
+    ],
+)
+def test_bad_files(tmp_path, text, message):
+    path = _write(tmp_path, text)
+    if message is None:
+        assert read_yaml(path) == {"name": "y"}
+        return
+    with pytest.raises(ConfigError, match=message):
+        load_config(path)
+
+
+def test_missing_and_unreadable_files(tmp_path):
+    with pytest.raises(ConfigError, match="nope.yaml does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path)  # a directory
+    binary = tmp_path / "b.yaml"
+    binary.write_bytes(b"\xff\xfe\x00name")
+    with pytest.raises(ConfigError, match="b.yaml (cannot be read|is not valid YAML)"):
+        load_config(binary)
+
+
+def test_resume_config_points_at_the_run_directory(tmp_path):
+    cfg = load_config(QUICK, ["output.dir=elsewhere", "output.name=first", "seed=4"])
+    run = tmp_path / "moved" / "first"
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(dump_config(cfg))
+    again = resume_config(run, ["train.epochs=20"])
+    assert again.checkpoint.resume is True and again.output.overwrite is False
+    assert Path(again.output.dir) / again.run_name() == run.resolve()
+    assert again.seed == 4 and again.train.epochs == 20
+    assert again.agents == cfg.agents
+
+
+def test_resume_config_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no config.yaml there"):
+        resume_config(tmp_path)
+    (tmp_path / "config.yaml").write_text("name: x\noutput: 3\n")
+    with pytest.raises(ConfigError, match="'output' must be a section"):
+        resume_config(tmp_path)
+    (tmp_path / "config.yaml").write_text(dump_config(load_config(QUICK)))
+    with pytest.raises(ConfigError, match="unknown config key 'train.ephocs'"):
+        resume_config(tmp_path, ["train.ephocs=3"])
+
+
+def test_single_word_overrides_resolve_to_their_only_section():
+    from fedsheaf.config import load_config
+
+    cfg = load_config("configs/fedrep_fmnist_100c2.yaml", ["rounds=3", "epochs=4", "lr=0.5"])
+    assert (cfg.federated.rounds, cfg.train.epochs, cfg.train.lr) == (3, 4, 0.5)
+    with pytest.raises(ConfigError, match="unknown config key 'dropout'"):
+        load_config("configs/quickstart.yaml", ["dropout=0.2"])  # per agent, not a section key

@@ -1,0 +1,156 @@
+"""Server-side math of the server-based runtime: sampling, placement, averaging, params."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedsheaf.algorithms.federated.params import ParamSet
+from fedsheaf.algorithms.federated.protocol import (
+    average,
+    client_rank,
+    hosted_clients,
+    n_selected,
+    rows_per_rank,
+    sample_clients,
+)
+from fedsheaf.models.fedrep_cnn import build_fedrep_cnn
+
+torch.set_num_threads(1)
+
+
+# ---- sampling -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "n,r,m",
+    [
+        (100, 0.1, 10),
+        (1000, 0.1, 100),
+        (10, 0.3, 3),
+        (10, 0.7, 7),
+        (5, 0.01, 1),
+        (100, 0.29, 29),
+        (7, 1.0, 7),
+    ],
+)
+def test_n_selected(n, r, m):
+    assert n_selected(n, r) == m
+
+
+def test_sampling_is_seeded_per_round():
+    a = [sample_clients(100, 0.1, 7, t) for t in range(20)]
+    b = [sample_clients(100, 0.1, 7, t) for t in range(20)]
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    for s in a:
+        assert s.dtype == np.int64 and len(s) == 10
+        assert np.all(np.diff(s) > 0) and s.min() >= 0 and s.max() < 100
+    assert len({tuple(s) for s in a}) == 20  # rounds differ
+    assert not np.array_equal(sample_clients(100, 0.1, 8, 0), a[0])  # seeds differ
+
+
+def test_sampling_is_uniform_over_clients():
+    rounds, n, r = 2000, 50, 0.2
+    hits = np.zeros(n)
+    for t in range(rounds):
+        hits[sample_clients(n, r, 3, t)] += 1
+    expected = rounds * r
+    # Each count is Binomial(2000, 0.2): sd ~ 17.9; 5 sd is a safe bound for 50 clients.
+    assert np.all(np.abs(hits - expected) < 5 * np.sqrt(rounds * r * (1 - r)))
+
+
+# ---- placement ------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 300), w=st.integers(1, 40))
+def test_clients_partition_over_worker_ranks(n, w):
+    hosted = [hosted_clients(rank, n, w) for rank in range(w + 1)]
+    assert hosted[0] == []
+    flat = sorted(c for h in hosted for c in h)
+    assert flat == list(range(n))
+    for rank, cs in enumerate(hosted):
+        assert all(client_rank(c, w) == rank for c in cs)
+        assert cs == sorted(cs)
+    sizes = [len(h) for h in hosted[1:]]
+    assert max(sizes) - min(sizes) <= 1
+    assert rows_per_rank(range(n), w) == [len(h) for h in hosted]
+
+
+def test_many_clients_per_rank_layout():
+    # 100 clients on 4 worker ranks: client c lives on rank 1 + c mod 4
+    assert hosted_clients(1, 100, 4)[:3] == [0, 4, 8]
+    assert hosted_clients(4, 100, 4)[-1] == 99
+    assert client_rank(0, 1) == 1 and client_rank(99, 1) == 1
+    assert rows_per_rank([0, 1, 5, 10, 15], 4) == [0, 1, 2, 1, 1]
+
+
+# ---- averaging ------------------------------------------------------------------------
+
+
+def test_weighted_and_unweighted_average_closed_form():
+    u = np.array([[1.0, 2.0, 3.0], [3.0, 6.0, -1.0], [0.5, 0.0, 4.0]], dtype=np.float32)
+    w = np.array([100.0, 300.0, 600.0])
+    np.testing.assert_allclose(average(u), u.mean(axis=0), rtol=1e-6)
+    expected = (100 * u[0] + 300 * u[1] + 600 * u[2]) / 1000
+    np.testing.assert_allclose(average(u, w), expected, rtol=1e-6)
+    assert average(u, w).dtype == np.float32
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    rows=st.lists(
+        st.lists(st.floats(-100, 100, allow_nan=False), min_size=4, max_size=4),
+        min_size=1,
+        max_size=8,
+    ),
+    data=st.data(),
+)
+def test_integer_weights_equal_repeated_rows(rows, data):
+    u = np.array(rows, dtype=np.float32)
+    k = data.draw(st.lists(st.integers(1, 5), min_size=len(rows), max_size=len(rows)))
+    repeated = np.repeat(u, k, axis=0)
+    np.testing.assert_allclose(average(u, np.array(k, float)), average(repeated), atol=1e-4)
+    # same rows with equal weights: plain mean; a single row: itself
+    np.testing.assert_allclose(average(u, np.ones(len(rows))), average(u), atol=1e-5)
+    np.testing.assert_array_equal(average(u[:1], np.array([3.0])), u[0])
+
+
+def test_average_rejects_bad_input():
+    with pytest.raises(ValueError):
+        average(np.zeros((0, 3)))
+    with pytest.raises(ValueError):
+        average(np.ones((2, 3)), np.array([0.0, 0.0]))
+    with pytest.raises(ValueError):
+        average(np.ones((2, 3)), np.array([1.0]))
+
+
+# ---- flat parameter subsets -------------------------------------------------------------
+
+
+def test_param_set_roundtrip_over_a_named_subset():
+    m = build_fedrep_cnn(1, 16, 10, seed=0)
+    body = ParamSet(m, reversed(m.body_names()))  # order given does not matter
+    assert body.names == m.body_names()
+    assert body.size == sum(p.numel() for n, p in m.named_parameters() if n in body.names)
+    vec = body.flatten(m)
+    assert vec.dtype == np.float32 and vec.flags.c_contiguous and vec.shape == (body.size,)
+    head_before = ParamSet(m, m.head_names()).flatten(m)
+    body.load(m, np.arange(body.size, dtype=np.float32))
+    np.testing.assert_array_equal(body.flatten(m), np.arange(body.size, dtype=np.float32))
+    assert m.conv1.weight.flatten()[0].item() == 0.0  # first body parameter first
+    np.testing.assert_array_equal(ParamSet(m, m.head_names()).flatten(m), head_before)
+    body.load(m, vec)
+    np.testing.assert_array_equal(body.flatten(m), vec)
+
+
+def test_param_set_empty_and_unknown():
+    m = build_fedrep_cnn(1, 16, 10, seed=0)
+    empty = ParamSet(m, [])
+    assert empty.size == 0 and empty.flatten(m).shape == (0,)
+    empty.load(m, np.zeros(0, np.float32))
+    with pytest.raises(KeyError, match="fc9.weight"):
+        ParamSet(m, ["fc9.weight"])
+    with pytest.raises(ValueError):
+        ParamSet(m, m.head_names()).load(m, np.zeros(3, np.float32))

@@ -1,0 +1,149 @@
+"""`fedsheaf report`: λ chosen on validation, mean ± std over seeds, tables and figures.
+
+The fake runs are written the way a real run writes them: a resolved config through
+``dump_config(load_config(...))`` and ``RunDir.write_config``/``write_summary``.
+"""
+
+import csv
+import io
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from fedsheaf import cli
+from fedsheaf.config import dump_config, load_config
+from fedsheaf.errors import ConfigError
+from fedsheaf.report import collect, markdown, select, write_report
+from fedsheaf.results import RunDir, atomic_write_json
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(root: Path, name: str, overrides: list[str], summary: dict, config="configs/mnist15.yaml"):
+    cfg = load_config(REPO / config, overrides)
+    rd = RunDir(root / name)
+    rd.write_config(dump_config(cfg))
+    rd.write_summary({"name": cfg.name, "algorithm": cfg.algorithm, "seed": cfg.seed, **summary})
+    return rd.path
+
+
+def _summary(val: float, test: float, comm_test: float) -> dict:
+    return {
+        "score_val": val,
+        "private_acc_val": val,
+        "comm_acc_val": val,
+        "private_acc": test,
+        "comm_acc": comm_test,
+        "comm_acc_deg": comm_test + 0.01,
+        "wall_seconds": 1.0,
+    }
+
+
+@pytest.fixture
+def study(tmp_path):
+    """Two λ for Sheaf-FRL (λ=1 best on validation, λ=0.01 best on test), noncoop, 3 seeds."""
+    root = tmp_path / "runs"
+    tests = {0: (0.80, 0.60), 1: (0.82, 0.64), 2: (0.84, 0.65)}
+    for s in (0.6, 1.0):
+        for seed, (priv, comm) in tests.items():
+            common = [f"data.shift={s}", f"seed={seed}"]
+            _run(root, f"sf-{s}-1-{seed}", [*common, "sheaf.lam=1"], _summary(0.9, priv, comm))
+            _run(root, f"sf-{s}-.01-{seed}", [*common, "sheaf.lam=0.01"], _summary(0.5, 0.99, 0.99))
+            _run(root, f"nc-{s}-{seed}", [*common, "algorithm=noncoop"], _summary(0.7, priv, 0.3))
+    return root
+
+
+def test_lambda_is_chosen_by_validation_score_not_test(study):
+    rows = select(collect([study]))
+    assert [(r.method, r.shift) for r in rows] == [
+        ("noncoop", 0.6),
+        ("noncoop", 1.0),
+        ("sheaf_frl", 0.6),
+        ("sheaf_frl", 1.0),
+    ]
+    sheaf = [r for r in rows if r.method == "sheaf_frl"]
+    for r in sheaf:
+        assert r.hyper == (("sheaf.lam", 1.0),)  # not the test-best λ = 0.01
+        assert r.candidates == 2 and r.seeds == 3 and r.score_val == pytest.approx(0.9)
+        assert r.mean["private_acc"] == pytest.approx(statistics.fmean([0.80, 0.82, 0.84]))
+        assert r.std["private_acc"] == pytest.approx(statistics.stdev([0.80, 0.82, 0.84]))
+        assert r.mean["comm_acc"] == pytest.approx(statistics.fmean([0.60, 0.64, 0.65]))
+        assert r.mean["comm_acc_deg"] == pytest.approx(statistics.fmean([0.61, 0.65, 0.66]))
+    assert all(r.dim is None for r in rows)  # Table-2 agents have different d
+    assert all(r.hyper == () and r.candidates == 1 for r in rows if r.method == "noncoop")
+
+
+def test_markdown_csv_and_shift_figure(study, tmp_path):
+    out = tmp_path / "report"
+    written = {p.name for p in write_report(collect([study]), out)}
+    assert written == {"comparison.md", "comparison.csv", "runs.csv", "accuracy_vs_shift.png"}
+    md = (out / "comparison.md").read_text()
+    assert "| sheaf_frl | 0.6 | het. | lam=1 (of 2) | 3 | 0.900 | 0.820 ± 0.020 |" in md
+    rows = list(csv.DictReader(io.StringIO((out / "comparison.csv").read_text())))
+    assert len(rows) == 4 and {r["selected"] for r in rows if r["method"] == "sheaf_frl"} == {
+        "lam=1"
+    }
+    assert len((out / "runs.csv").read_text().splitlines()) == 1 + 18
+    assert (out / "accuracy_vs_shift.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_one_seed_has_no_std_and_a_bottleneck_figure_appears_for_several_d(tmp_path):
+    root = tmp_path / "runs"
+    for d, acc in ((16, 0.7), (128, 0.9)):
+        agents = (
+            f"agents=[{{encoder: [4, {d}], head: [8], classes: [4, 5, 6, 7, 8, 9]}}, "
+            f"{{encoder: [8, {d}], head: [8], classes: [0, 1, 2, 3, 4, 5]}}]"
+        )
+        _run(root, f"p{d}", [agents], _summary(0.8, acc, acc - 0.1), config="configs/pair.yaml")
+    records = collect([root])
+    rows = select(records)
+    assert [(r.dim, r.seeds) for r in rows] == [(16, 1), (128, 1)]
+    assert all(math.isnan(r.std["private_acc"]) for r in rows)
+    assert "| 0.700 |" in markdown(rows)
+    names = {p.name for p in write_report(records, tmp_path / "rep")}
+    assert "accuracy_vs_bottleneck.png" in names and "accuracy_vs_shift.png" not in names
+
+
+def test_study_manifest_names_methods_and_grid_keys(tmp_path):
+    root = tmp_path / "sweep"
+    dirs = [
+        _run(
+            root / "runs",
+            f"r{k}",
+            ["sheaf.variant=strict", f"sheaf.pilot_batch={pb}"],
+            _summary(v, 0.5, 0.5),
+        )
+        for k, (pb, v) in enumerate([(16, 0.4), (32, 0.6)])
+    ]
+    atomic_write_json(
+        root / "study.json",
+        {
+            "study": "x",
+            "axis": "s",
+            "grid_keys": ["sheaf.pilot_batch"],
+            "runs": [
+                {"dir": str(d), "method": "strict-privacy", "grid": {"sheaf.pilot_batch": pb}}
+                for d, pb in zip(dirs, (16, 32), strict=True)
+            ],
+        },
+    )
+    rows = select(collect([root / "runs" / "r0", root / "runs" / "r1"]))
+    assert len(rows) == 1 and rows[0].method == "strict-privacy"
+    assert rows[0].hyper == (("sheaf.pilot_batch", 32),)
+    # without a manifest the method comes from the config
+    (root / "study.json").unlink()
+    assert select(collect([root]))[0].method == "sheaf_frl/strict"
+
+
+def test_cli_report_and_errors(study, tmp_path, capsys):
+    assert cli.main(["report", str(study), "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "comparison.md" in out and "| noncoop | 1 |" in out
+    assert cli.main(["report", str(tmp_path / "nothing")]) == 2
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no finished runs"):
+        collect([tmp_path / "empty"])
+    assert json.loads((study / "nc-0.6-0" / "summary.json").read_text())["algorithm"] == "noncoop"

@@ -1,0 +1,180 @@
+"""The SLURM batch scripts' logic, with a fake ``srun`` on PATH instead of a cluster."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SLURM = REPO / "slurm"
+FAKE_SRUN = """#!/bin/bash
+# records its arguments (one per line) and the thread settings it was started with
+log=${FAKE_SRUN_LOG:?}
+printf '%s\\n' "$@" > "$log"
+echo "FEDSHEAF_THREADS=${FEDSHEAF_THREADS:-}" > "$log.env"
+echo "PWD=$(pwd)" >> "$log.env"
+exit "${FAKE_SRUN_EXIT:-0}"
+"""
+
+
+@pytest.fixture
+def fake_srun(tmp_path: Path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(FAKE_SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    log = tmp_path / "srun.log"
+
+    def run(script: str, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+        full = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+        full.update(
+            PATH=f"{bin_dir}:{os.environ['PATH']}",
+            FAKE_SRUN_LOG=str(log),
+            SLURM_SUBMIT_DIR=str(REPO),
+            **env,
+        )
+        log.unlink(missing_ok=True)
+        proc = subprocess.run(
+            ["bash", str(SLURM / script), *args],
+            env=full,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        argv = log.read_text().splitlines() if log.exists() else []
+        return proc, argv
+
+    run.log = log  # type: ignore[attr-defined]
+    return run
+
+
+@pytest.mark.parametrize("script", ["study15.sbatch", "sweep_array.sbatch"])
+def test_scripts_are_strict_bash(script):
+    text = (SLURM / script).read_text()
+    assert text.startswith("#!/bin/bash")
+    assert "set -euo pipefail" in text
+    assert subprocess.run(["bash", "-n", str(SLURM / script)]).returncode == 0
+
+
+def test_study15_runs_fifteen_ranks_on_its_config(fake_srun):
+    proc, argv = fake_srun("study15.sbatch", "seed=2", SLURM_NTASKS="15", SLURM_CPUS_PER_TASK="6")
+    assert proc.returncode == 0, proc.stderr
+    n = argv.index("-n")
+    assert argv[n + 1] == "15"
+    cmd = argv[argv.index("python") :]
+    assert cmd[:5] == ["python", "-m", "fedsheaf", "run", "configs/mnist15.yaml"]
+    assert cmd[5:] == ["checkpoint.resume=true", "seed=2"]
+    env = fake_srun.log.with_name("srun.log.env").read_text()
+    assert "FEDSHEAF_THREADS=6" in env and f"PWD={REPO}" in env
+
+
+def test_study15_options_and_errors(fake_srun, tmp_path):
+    proc, argv = fake_srun("study15.sbatch", RESUME="false", CONFIG="configs/quickstart.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert argv[-1] == "configs/quickstart.yaml"
+    env = fake_srun.log.with_name("srun.log.env").read_text()
+    assert "FEDSHEAF_THREADS=1" in env  # no SLURM_CPUS_PER_TASK: one thread
+    proc, argv = fake_srun("study15.sbatch", SLURM_NTASKS="4")
+    assert proc.returncode == 2 and argv == []
+    assert "needs 15 tasks" in proc.stderr
+    proc, argv = fake_srun("study15.sbatch", CONFIG="configs/missing.yaml")
+    assert proc.returncode == 2 and argv == [] and "configs/missing.yaml not found" in proc.stderr
+    proc, _ = fake_srun("study15.sbatch", FAKE_SRUN_EXIT="3")
+    assert proc.returncode == 3  # a failed run fails the job
+
+
+def _run_list(tmp_path: Path, lines: list[str]) -> Path:
+    path = tmp_path / "commands.txt"
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_sweep_array_runs_the_line_of_its_task(fake_srun, tmp_path):
+    lines = [
+        shlex.join(
+            [
+                "mpiexec",
+                "-n",
+                "15",
+                "fedsheaf",
+                "run",
+                "configs/mnist15.yaml",
+                f"output.name=run{k}",
+                "sheaf.lam=0.1",
+                "output.dir=my runs",
+            ]
+        )
+        for k in range(1, 4)
+    ]
+    lines.append(shlex.join(["fedsheaf", "run", "configs/pair.yaml", "output.name=run4"]))
+    lines.append(shlex.join(["srun", "-n", "2", "fedsheaf", "run", "configs/pair.yaml"]))
+    runs = _run_list(tmp_path, lines)
+    for task in (1, 2, 3):
+        proc, argv = fake_srun(
+            "sweep_array.sbatch",
+            str(runs),
+            "seed=7",
+            SLURM_ARRAY_TASK_ID=str(task),
+            SLURM_CPUS_PER_TASK="3",
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert argv[0].startswith("--mpi=")
+        assert argv[1:] == [
+            "-n",
+            "15",
+            "fedsheaf",
+            "run",
+            "configs/mnist15.yaml",
+            f"output.name=run{task}",
+            "sheaf.lam=0.1",
+            "output.dir=my runs",
+            "seed=7",
+        ]
+    assert "FEDSHEAF_THREADS=3" in fake_srun.log.with_name("srun.log.env").read_text()
+    _, argv = fake_srun("sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="4")
+    assert argv[1:] == ["fedsheaf", "run", "configs/pair.yaml", "output.name=run4"]
+    _, argv = fake_srun("sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="5")
+    assert argv[1:] == ["-n", "2", "fedsheaf", "run", "configs/pair.yaml"]
+
+
+@pytest.mark.parametrize(
+    "task,args,message",
+    [
+        ("1", [], "no run list given"),
+        ("1", ["missing.txt"], "run list missing.txt not found"),
+        ("", ["LIST"], "not an array index"),
+        ("9", ["LIST"], "has no command on line 9 (it has 2 lines; submit with --array=1-2)"),
+        ("0", ["LIST"], "has no command on line 0"),
+        ("2", ["LIST"], "has no command on line 2"),
+    ],
+)
+def test_sweep_array_fails_clearly(fake_srun, tmp_path, task, args, message):
+    runs = _run_list(tmp_path, ["fedsheaf run configs/pair.yaml", ""])
+    args = [str(runs) if a == "LIST" else a for a in args]
+    env = {"SLURM_ARRAY_TASK_ID": task} if task else {}
+    proc, argv = fake_srun("sweep_array.sbatch", *args, **env)
+    assert proc.returncode == 2 and argv == []
+    assert message in proc.stderr, proc.stderr
+
+
+def test_fedrep_script_passes_config_and_algorithm(fake_srun):
+    script = SLURM / "fedrep_100clients.sbatch"
+    if not script.exists():
+        pytest.skip("slurm/fedrep_100clients.sbatch not written yet")
+    assert "set -euo pipefail" in script.read_text()
+    proc, argv = fake_srun(
+        "fedrep_100clients.sbatch",
+        "federated.rounds=5",
+        CONFIG="configs/fedrep_fmnist_100c2.yaml",
+        ALGORITHM="fedavg_ft",
+        SLURM_NTASKS="101",
+    )
+    assert proc.returncode == 0, proc.stderr
+    cmd = argv[argv.index("-m") :]
+    assert cmd[:4] == ["-m", "fedsheaf", "run", "configs/fedrep_fmnist_100c2.yaml"]
+    assert "algorithm=fedavg_ft" in cmd and cmd[-1] == "federated.rounds=5"

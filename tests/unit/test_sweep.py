@@ -1,0 +1,153 @@
+"""`fedsheaf sweep`: expanding a study into runs (count, content, presets, errors)."""
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedsheaf import cli
+from fedsheaf.config import load_config
+from fedsheaf.errors import ConfigError
+from fedsheaf.graphs import load_graph
+from fedsheaf.sweep import emit, expand, restart_overrides, write_manifest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _study(tmp_path: Path, **extra) -> Path:
+    raw = {
+        "study": "s15",
+        "config": str(REPO / "configs/mnist15.yaml"),
+        "output": str(tmp_path / "out"),
+        "seeds": [0, 1],
+        "set": {"train.epochs": 3, "data.dataset": "fashionmnist"},
+        "axis": {"name": "s", "key": "data.shift", "values": [0.0, 0.6, 1.0]},
+        "methods": [
+            {
+                "name": "sheaf_frl",
+                "set": {"algorithm": "sheaf_frl"},
+                "grid": {"sheaf.lam": [1e-5, 1e-2, 1.0]},
+            },
+            {"name": "noncoop", "set": {"algorithm": "noncoop"}},
+        ],
+    }
+    raw.update(extra)
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def test_expansion_is_method_by_value_by_grid_by_seed(tmp_path):
+    study = expand(_study(tmp_path))
+    runs = study.runs
+    assert len(runs) == 3 * (3 + 1) * 2  # shifts x (λ grid + noncoop) x seeds
+    assert len({r.name for r in runs}) == len(runs)
+    assert {r.ranks for r in runs} == {15}
+    sheaf = [r for r in runs if r.method == "sheaf_frl"]
+    assert sorted({(r.value, r.grid["sheaf.lam"], r.seed) for r in sheaf}) == sorted(
+        (s, lam, seed) for s in (0.0, 0.6, 1.0) for lam in (1e-5, 1e-2, 1.0) for seed in (0, 1)
+    )
+    assert all(r.grid == {} for r in runs if r.method == "noncoop")
+    assert study.axis == "s" and study.grid_keys == ["sheaf.lam"]
+
+    one = next(r for r in sheaf if r.value == 0.6 and r.grid["sheaf.lam"] == 1e-5 and r.seed == 1)
+    assert one.name == "sheaf_frl-s0.6-lam1e-05-seed1"
+    cfg = load_config(one.config, one.overrides)  # the overrides build the intended run
+    assert cfg.algorithm == "sheaf_frl" and cfg.data.shift == 0.6 and cfg.sheaf.lam == 1e-5
+    assert cfg.seed == 1 and cfg.train.epochs == 3 and cfg.data.dataset == "fashionmnist"
+    assert Path(cfg.output.dir) / cfg.output.name == Path(one.dir)
+
+    argv = one.argv(["mpiexec", "-n", "{n}"], ["fedsheaf"])
+    assert argv[:5] == ["mpiexec", "-n", "15", "fedsheaf", "run"]
+
+
+def test_table3_preset_writes_one_pair_graph_and_config_per_d(tmp_path):
+    path = _study(
+        tmp_path,
+        config=str(REPO / "configs/pair.yaml"),
+        axis={"name": "d", "preset": "table3", "values": [16, 512]},
+        methods=[
+            {"name": "fedproto", "set": {"algorithm": "fedproto"}},
+            {"name": "sheaf_frl", "grid": {"sheaf.lam": [0.1]}},
+        ],
+        set=None,
+        seeds=[0],
+    )
+    study = expand(path)
+    assert len(study.runs) == 4
+    for run in study.runs:
+        cfg = load_config(run.config, run.overrides)
+        graph = load_graph(cfg.graph)
+        assert graph.dims == (run.value, run.value) and graph.edges == ((0, 1),)
+        assert [a.dim for a in cfg.agents] == [run.value, run.value]
+        assert run.ranks == (3 if run.method == "fedproto" else 2)  # + the server rank
+    d512 = load_config(tmp_path / "out/configs/pair-d512.yaml")
+    assert d512.agents[0].encoder == [64, 128, 256, 512] and d512.agents[1].head == [128, 64]
+
+
+def test_a_method_that_cannot_handle_the_setup_fails_at_expansion(tmp_path):
+    path = _study(tmp_path, methods=[{"name": "fedproto", "set": {"algorithm": "fedproto"}}])
+    with pytest.raises(ConfigError, match="fedproto.*same latent dimension"):
+        expand(path)
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"sede": [1]}, "unknown key"),
+        ({"axis": {"name": "s", "values": [0.1]}}, "exactly one of 'key' or 'preset'"),
+        ({"axis": {"preset": "table9", "values": [16]}}, "unknown axis preset"),
+        ({"methods": []}, "non-empty list"),
+        ({"methods": [{"name": "x", "grid": {"sheaf.lam": [-1.0]}}]}, "sheaf.lam"),
+    ],
+)
+def test_bad_studies_raise_config_errors(tmp_path, change, message):
+    with pytest.raises(ConfigError, match=message):
+        expand(_study(tmp_path, **change))
+
+
+def test_emit_and_manifest(tmp_path):
+    study = expand(_study(tmp_path, seeds=[0]))
+    manifest = json.loads(write_manifest(study).read_text())
+    assert manifest["axis"] == "s" and len(manifest["runs"]) == len(study.runs) == 12
+    lines = emit(study, tmp_path / "cmds.txt", "srun -n {n}").read_text().splitlines()
+    assert len(lines) == 12
+    first = shlex.split(lines[0])
+    assert first[:5] == ["srun", "-n", "15", "fedsheaf", "run"]
+    assert f"output.name={study.runs[0].name}" in first
+
+
+def test_cli_dry_run_prints_the_plan(tmp_path, capsys):
+    assert cli.main(["sweep", str(_study(tmp_path, seeds=[0]))]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len([line for line in out if line.startswith("mpiexec -n 15 fedsheaf run")]) == 12
+    assert out[-1].startswith("# 12 runs")
+    assert cli.main(["sweep", str(_study(tmp_path, seeds=[0])), "--emit"]) == 0
+    assert len((tmp_path / "out/commands.txt").read_text().splitlines()) == 12
+    assert cli.main(["sweep", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_local_runs_skip_finished_and_resume_interrupted(tmp_path):
+    runs = expand(_study(tmp_path, seeds=[0])).runs
+    sheaf = next(r for r in runs if r.method == "sheaf_frl")
+    assert restart_overrides(sheaf, force=False) == []  # never started
+    Path(sheaf.dir).mkdir(parents=True)
+    (Path(sheaf.dir) / "metrics.jsonl").write_text("{}\n")
+    assert restart_overrides(sheaf, force=False) == ["checkpoint.resume=true"]
+    (Path(sheaf.dir) / "summary.json").write_text("{}")
+    assert restart_overrides(sheaf, force=False) is None
+    assert restart_overrides(sheaf, force=True) == ["output.overwrite=true"]
+    hub = expand(
+        _study(
+            tmp_path,
+            config=str(REPO / "configs/pair.yaml"),
+            axis={"name": "d", "preset": "table3", "values": [16]},
+            methods=[{"name": "fedmuscle", "set": {"algorithm": "fedmuscle"}}],
+            set=None,
+            seeds=[0],
+        )
+    ).runs[0]
+    Path(hub.dir).mkdir(parents=True)
+    assert restart_overrides(hub, force=False) == ["output.overwrite=true"]  # cannot resume
