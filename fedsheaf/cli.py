@@ -1,4 +1,4 @@
-"""The ``fedsheaf`` command line: run, graph, ufm, fedrep-linear, sweep, report."""
+"""The ``fedsheaf`` command line: run, graph, ufm, fedrep-linear, sweep, report, bench."""
 
 from __future__ import annotations
 
@@ -70,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     lin = sub.add_parser("fedrep-linear", help="FedRep vs FedAvg on the linear model (seed 003)")
     theory_command.configure_linear(lin)
     lin.set_defaults(func=theory_command.run_linear_cli)
+
+    from fedsheaf.bench import command as bench_command
+
+    bench = sub.add_parser("bench", help="performance benchmarks (results/bench/)")
+    bench_command.configure(bench)
+    bench.set_defaults(func=bench_command.run)
     return parser
 
 

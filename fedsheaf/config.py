@@ -98,6 +98,12 @@ class SheafConfig:
         8, lo=1, doc="prototype/kmeans: pilots averaged per group and step"
     )
     parseval: bool = spec(False, doc="Parseval-normalise pilot matrices: A (AᵀA)^(-1/2)")
+    fused_pilots: bool = spec(
+        False,
+        doc="encode the private batch and the pilots in one encoder call (faster where small "
+        "batches leave the device idle; BatchNorm and whitening then use the union's batch "
+        "statistics)",
+    )
 
 
 @dataclass

@@ -6,6 +6,8 @@ per epoch from the pilot window) → ``sheaf_penalty`` joins the task loss.
 Which pilots make up ``A_i`` (uniform, stratified, prototypes, Parseval) is
 decided by :class:`~fedsheaf.algorithms.sheaf_frl_pilots.PilotPlan`; the
 homogeneous and strict-privacy variants live in ``sheaf_frl_variants``.
+``sheaf.fused_pilots`` encodes the private batch and the pilots in one encoder call
+(:meth:`SheafFRL.task_loss`); results/bench/README.md has its speed and accuracy.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm, Exchange, Reporter
 from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
@@ -35,7 +38,29 @@ class SheafFRL(DecentralizedAlgorithm):
 
     def pilot_matrix(self, epoch: int, step: int) -> torch.Tensor:
         """This step's ``A_i`` (d_i × K), differentiable w.r.t. the encoder."""
+        fused, self._fused = self._fused, None
+        self._next_step = (epoch, step + 1)
+        if fused is not None and fused[0] == (epoch, step):
+            return fused[1]
         return self.pilots.features(self.model.encode, self.agent.data.x_pilot, epoch, step)
+
+    # ---- sheaf.fused_pilots: one encoder call for the private batch and the pilots ----
+    _fused: tuple[tuple[int, int], torch.Tensor] | None = None
+    _next_step: tuple[int, int] = (0, 0)
+
+    def train_epoch(self, epoch: int) -> float:
+        self._next_step = (epoch, 0)
+        return super().train_epoch(epoch)
+
+    def task_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if not self.cfg.sheaf.fused_pilots:
+            return super().task_loss(x, y)
+        epoch, step = self._next_step
+        x_pilot = self.agent.data.x_pilot
+        idx = torch.as_tensor(self.pilots.indices(epoch, step), device=x_pilot.device)
+        z = self.model.encode(torch.cat([x, x_pilot[idx]]))
+        self._fused = ((epoch, step), self.pilots.matrix(z[len(x) :]))  # for pilot_matrix
+        return F.cross_entropy(self.model.decode(z[: len(x)]), y)
 
     def _head_tail(self, j: int, a_own: torch.Tensor, a_j: torch.Tensor):
         return (a_own, a_j) if self.is_head[j] else (a_j, a_own)

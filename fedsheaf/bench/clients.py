@@ -20,15 +20,7 @@ import torch
 
 from fedsheaf.algorithms.federated import FEDERATED
 from fedsheaf.algorithms.federated.protocol import hosted_clients
-from fedsheaf.algorithms.federated.setup import build_model, check_setup, load_clients
-from fedsheaf.algorithms.federated.trainer import ClientRunner
-from fedsheaf.bench.formulas import (
-    balanced_makespan,
-    ideal_round_seconds,
-    ratio,
-    static_makespan,
-    summary,
-)
+from fedsheaf.bench.formulas import ratio, round_rows, summary
 from fedsheaf.bench.ranks import sync
 from fedsheaf.config import load_config
 from fedsheaf.runtime.server_launch import Rounds
@@ -36,23 +28,21 @@ from fedsheaf.runtime.star import Star
 from fedsheaf.runtime.world import World
 
 
-class TimedRunner(ClientRunner):
-    """A client runner that records ``(round, client, seconds)`` of every local update."""
+def time_local_updates(runner: Any, device: torch.device) -> list[tuple[int, int, float]]:
+    """Make ``runner.local_update`` record ``(round, client, seconds)``; returns the record."""
+    times: list[tuple[int, int, float]] = []
+    update = runner.local_update
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.times: list[tuple[int, int, float]] = []
-
-    def local_update(
-        self, client: int, shared: np.ndarray, round_: int
-    ) -> tuple[np.ndarray, float]:
-        device = next(self.model.parameters()).device
+    def timed(client: int, shared: np.ndarray, round_: int) -> Any:
         sync(device)
         start = time.perf_counter()
-        out = super().local_update(client, shared, round_)
+        out = update(client, shared, round_)
         sync(device)
-        self.times.append((round_, client, time.perf_counter() - start))
+        times.append((round_, client, time.perf_counter() - start))
         return out
+
+    runner.local_update = timed
+    return times
 
 
 class TimedRounds(Rounds):
@@ -69,46 +59,21 @@ class TimedRounds(Rounds):
         return out
 
 
-def round_rows(
-    history: list[dict[str, Any]],
-    client_times: dict[tuple[int, int], float],
-    average_seconds: list[float],
-    n_workers: int,
-) -> list[dict[str, Any]]:
-    """Per training round: measured time, ideal, and the placement bounds."""
-    rows = []
-    for t, record in enumerate(r for r in history if not r["final"]):
-        times = {c: client_times[(t, c)] for c in record["selected"]}
-        avg = average_seconds[t] if t < len(average_seconds) else 0.0
-        ideal = ideal_round_seconds(times.values(), n_workers, avg)
-        rows.append(
-            {
-                "round": t + 1,
-                "measured": record["train_seconds"],
-                "ideal": ideal,
-                "ratio": ratio(record["train_seconds"], ideal),
-                "client_seconds_sum": sum(times.values()),
-                "average_seconds": avg,
-                "static_placement": static_makespan(times, n_workers) + avg,
-                "balanced_placement": balanced_makespan(times.values(), n_workers) + avg,
-            }
-        )
-    return rows
-
-
 def clients(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
     cfg = world.agree(lambda: load_config(spec["config"], list(spec["overrides"])))
     fc = cfg.federated
-    world.agree(lambda: check_setup(cfg, world.size))
     algorithm = FEDERATED[cfg.algorithm](fc)
+    task = algorithm.make_task(cfg)  # as fedsheaf.runtime.server_launch does
+    world.agree(lambda: task.check(world.size))
     star = Star(world.comm)
     mine = hosted_clients(world.rank, fc.clients, star.n_workers)
     device = torch.device("cpu") if world.is_root else world.device
-    data = world.agree(lambda: load_clients(cfg, mine, device))
-    runner = TimedRunner(algorithm, build_model(cfg), data, cfg.train, fc.augment, cfg.seed, device)
-    rounds = TimedRounds(cfg, star, runner, None)
+    data = world.agree(lambda: task.load_clients(mine, device))
+    runner = task.make_runner(task.build_model(), data, device)
+    times = time_local_updates(runner, device)
+    rounds = TimedRounds(cfg, star, runner, None, task)
     history = rounds.run()
-    gathered = world.gather(runner.times)
+    gathered = world.gather(times)
     if not world.is_root or gathered is None:
         return None
     client_times = {(t, c): s for rows in gathered for t, c, s in rows}

@@ -29,7 +29,9 @@ from fedsheaf import experiment
 from fedsheaf.algorithms import DECENTRALIZED, SHEAF_VARIANTS
 from fedsheaf.algorithms.base import Agent, AgentData, DecentralizedAlgorithm
 from fedsheaf.bench.formulas import (
+    alternate,
     fedavg_bytes_per_step,
+    phase_table,
     pilot_bytes_by_agent,
     pilot_bytes_per_step,
     ratio,
@@ -129,28 +131,12 @@ class Epochs:
         return out
 
 
-def phase_table(per_rank: list[dict[str, float]]) -> dict[str, dict[str, float]]:
-    """Mean and max over ranks of each phase's seconds per step."""
-    names = sorted({k for r in per_rank for k in r})
-    return {
-        k: {
-            "mean": statistics.fmean(r.get(k, 0.0) for r in per_rank),
-            "max": max(r.get(k, 0.0) for r in per_rank),
-        }
-        for k in names
-    }
-
-
-def alternate(names: list[str], repeats: int) -> list[list[str]]:
-    """The order of each repeat: A B, B A, A B, … (ABBA pairs cancel linear drifts)."""
-    return [names if r % 2 == 0 else names[::-1] for r in range(repeats)]
-
-
 # ---- target 1: overhead of cooperation ------------------------------------------------
 
 OVERHEAD_METHODS: dict[str, list[str]] = {
     "noncoop": ["algorithm=noncoop"],
     "sheaf_frl": ["algorithm=sheaf_frl"],
+    "sheaf_frl_fused": ["algorithm=sheaf_frl", "sheaf.fused_pilots=true"],
 }
 
 
@@ -385,6 +371,11 @@ def scaling(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
     for order in alternate(counts, spec["repeats"]):
         for n in order:
             times[n].append(one(n))
+    profiles = {}
+    for n in counts:
+        mine = runs[n][2].profile(str(n), runs[n][0]) if n in runs else None
+        idle_barrier(world.comm)
+        profiles[str(n)] = [p for p in world.gather(mine) or [] if p is not None]
     for _, (sub, nbr), _ in runs.values():
         nbr.free()
         sub.Free()
@@ -403,6 +394,7 @@ def scaling(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
         "epoch_seconds": {str(n): ts for n, ts in times.items()},
         "stats": {str(n): st for n, st in stats.items()},
         "time_ratio": {str(n): ratio(st["median"], t1) for n, st in stats.items()},
+        "phases": {n: phase_table(p) for n, p in profiles.items()},
     }
 
 

@@ -3,8 +3,9 @@
 * Bytes on the wire per training step, from the graph alone (SPEC §2): standard
   Sheaf-FRL, its strict-privacy variant, and what FedAvg would move for the same models.
 * The ideal round time of a server-based run, and the round times that static and
-  balanced client placement allow.
-* Medians and ratios of repeated timings.
+  balanced client placement allow (:func:`round_rows` puts them side by side per round).
+* Medians and ratios of repeated timings, the A B / B A order of repeats, and the
+  per-phase table of a profiled epoch.
 """
 
 from __future__ import annotations
@@ -12,18 +13,21 @@ from __future__ import annotations
 import heapq
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from fedsheaf.graphs import Graph
 
 __all__ = [
     "FLOAT32",
+    "alternate",
     "balanced_makespan",
     "fedavg_bytes_per_step",
     "ideal_round_seconds",
+    "phase_table",
     "pilot_bytes_by_agent",
     "pilot_bytes_per_step",
     "ratio",
+    "round_rows",
     "static_makespan",
     "strict_bytes_by_agent",
     "strict_bytes_per_step",
@@ -31,6 +35,7 @@ __all__ = [
 ]
 
 FLOAT32 = 4
+T = TypeVar("T")
 
 
 def pilot_bytes_by_agent(graph: Graph, k: int, itemsize: int = FLOAT32) -> list[int]:
@@ -117,3 +122,47 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or denominator is None or denominator == 0:
         return None
     return float(numerator) / float(denominator)
+
+
+def phase_table(per_rank: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Mean and max over ranks of each phase's seconds per step."""
+    names = sorted({k for r in per_rank for k in r})
+    return {
+        k: {
+            "mean": statistics.fmean(r.get(k, 0.0) for r in per_rank),
+            "max": max(r.get(k, 0.0) for r in per_rank),
+        }
+        for k in names
+    }
+
+
+def alternate(names: Sequence[T], repeats: int) -> list[list[T]]:
+    """The order of each repeat: A B, B A, A B, … (ABBA pairs cancel linear drifts)."""
+    return [list(names) if r % 2 == 0 else list(names)[::-1] for r in range(repeats)]
+
+
+def round_rows(
+    history: list[dict[str, Any]],
+    client_times: dict[tuple[int, int], float],
+    average_seconds: list[float],
+    n_workers: int,
+) -> list[dict[str, Any]]:
+    """Per training round: measured time, ideal, and the placement bounds."""
+    rows = []
+    for t, record in enumerate(r for r in history if not r["final"]):
+        times = {c: client_times[(t, c)] for c in record["selected"]}
+        avg = average_seconds[t] if t < len(average_seconds) else 0.0
+        ideal = ideal_round_seconds(times.values(), n_workers, avg)
+        rows.append(
+            {
+                "round": t + 1,
+                "measured": record["train_seconds"],
+                "ideal": ideal,
+                "ratio": ratio(record["train_seconds"], ideal),
+                "client_seconds_sum": sum(times.values()),
+                "average_seconds": avg,
+                "static_placement": static_makespan(times, n_workers) + avg,
+                "balanced_placement": balanced_makespan(times.values(), n_workers) + avg,
+            }
+        )
+    return rows

@@ -32,6 +32,8 @@ from fedsheaf.bench.formulas import ratio
 from fedsheaf.bench.ranks import idle_barrier, sync
 from fedsheaf.runtime.world import World
 
+STEPS = ("plain", "separate", "batched")
+
 
 def step_functions(
     model: Any, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, p: torch.Tensor
@@ -113,7 +115,7 @@ def pilot_cost(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
             }
         )
     idle_barrier(world.comm)
-    slowest = {key: max(r["seconds"][key] for r in rows) for key in ("plain", "separate", "batched")}
+    slowest = {key: max(r["seconds"][key] for r in rows) for key in STEPS}
     return {
         "label": spec["label"],
         "config": spec["config"],

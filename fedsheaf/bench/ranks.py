@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 import platform
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedsheaf.runtime.world import World
+if TYPE_CHECKING:
+    from fedsheaf.runtime.world import World
 
 
 def sync(device: torch.device) -> None:

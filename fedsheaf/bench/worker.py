@@ -14,11 +14,12 @@ from typing import Any
 
 from fedsheaf.bench.clients import CASES as CLIENT_CASES
 from fedsheaf.bench.decentralized import CASES as DECENTRALIZED_CASES
+from fedsheaf.bench.pilot_cost import CASES as PILOT_CASES
 from fedsheaf.bench.ranks import environment
 from fedsheaf.results import atomic_write_json
 from fedsheaf.runtime.world import init_world
 
-CASES = {**DECENTRALIZED_CASES, **CLIENT_CASES}
+CASES = {**DECENTRALIZED_CASES, **PILOT_CASES, **CLIENT_CASES}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,7 +41,15 @@ __all__ = ["HeadFedAvg", "HeadTask"]
 #: Targets of both regression sets (diabetes3: progression, bmi, bp; geo: dx, dy, log s).
 N_TARGETS = 3
 #: Per-round record keys shown in the progress line and the final table.
-GRAM_KEYS = ("gram_err_star", "gram_err_cen", "dir_err_star", "dir_err_cen", "delta", "traj_err")
+GRAM_KEYS = (
+    "gram_err_star",
+    "gram_err_cen",
+    "dir_err_star",
+    "dir_err_cen",
+    "delta",
+    "local_err",
+    "traj_err",
+)
 
 
 class HeadFedAvg(FedAvg):
@@ -197,7 +205,9 @@ class HeadTask(Task):
             "train_mse": final_eval.get("train_mse"),
             "objective": final_eval.get("objective"),
             "final": {
-                k: last[k] for k in (*GRAM_KEYS, "gram_err_pred", "dir_err_pred") if k in last
+                k: last[k]
+                for k in (*GRAM_KEYS, "gram_err_pred", "dir_err_pred", "bias_err")
+                if k in last
             },
             "initial": self.initial,
             "head": dataclasses.asdict(self.cfg.head),

@@ -20,6 +20,8 @@ Every round it records, for the new server Gram ``G = W Wᵀ``:
   ``Σ_m p̃_m ‖W̃_m − Π_m(W_t)‖_F / ‖W_t‖_F`` over the round's clients, ``p̃`` their
   renormalised weights and ``Π_m(W_t) = T_m(G_t) W_t`` the optimal head of the
   client's (corrected) objective closest to the broadcast (Lemma 1);
+* ``local_err`` -- ``Σ_m p̃_m ‖W̃_m W̃_mᵀ − G_m‖_F/‖G_m‖_F``: how far local training
+  got from each client's optimal Gram (the target of its own, corrected, objective);
 * ``bias_err`` -- ``‖b − μ_g‖`` (the optimal aggregate bias is the pooled target mean).
 """
 
@@ -116,11 +118,19 @@ class GramTracker:
         w = self.inst.p[idx] / self.inst.p[idx].sum()
         targets = self.G_targets[idx]
         self.G_rec = gram_step(self.G_rec, targets, w)
+        heads = np.asarray(heads, dtype=np.float64)
         dist = sum(
-            wk * np.linalg.norm(np.asarray(Wm, np.float64) - selected_head(W_t, Gm))
+            wk * np.linalg.norm(Wm - selected_head(W_t, Gm))
             for wk, Wm, Gm in zip(w, heads, targets, strict=True)
         )
-        return {"delta": float(dist / np.linalg.norm(W_t)), **self.errors(W_next, b_next)}
+        local = sum(
+            wk * rel_err(Wm @ Wm.T, Gm) for wk, Wm, Gm in zip(w, heads, targets, strict=True)
+        )
+        return {
+            "delta": float(dist / np.linalg.norm(W_t)),
+            "local_err": float(local),
+            **self.errors(W_next, b_next),
+        }
 
     def references(self) -> dict[str, Any]:
         """The reference Grams and client Grams, JSON-ready."""

@@ -1,0 +1,197 @@
+"""The benchmark's pure parts: byte formulas, round-time bounds, statistics, plan, timer."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedsheaf.bench.formulas import (
+    alternate,
+    balanced_makespan,
+    fedavg_bytes_per_step,
+    ideal_round_seconds,
+    phase_table,
+    pilot_bytes_by_agent,
+    pilot_bytes_per_step,
+    ratio,
+    round_rows,
+    static_makespan,
+    strict_bytes_by_agent,
+    strict_bytes_per_step,
+    summary,
+)
+from fedsheaf.bench.plan import CASE_NAMES, parse_counts, plan
+from fedsheaf.bench.timer import NULL_TIMER, PhaseTimer
+from fedsheaf.errors import ConfigError
+from fedsheaf.graphs import Graph, load_graph
+
+# ---- bytes ------------------------------------------------------------------------------
+
+
+def test_pilot_bytes_on_a_hand_computed_path() -> None:
+    # 0 -- 1 -- 2 with d = 4, 8, 4; K = 3: agent 1 is the head of both edges.
+    g = Graph("path", (4, 8, 4), ((0, 1), (1, 2)))
+    assert pilot_bytes_by_agent(g, 3) == [1 * 4 * 3 * 4, 2 * 8 * 3 * 4, 1 * 4 * 3 * 4]
+    assert pilot_bytes_per_step(g, 3) == 48 + 192 + 48
+    # strict: the tails send V_ji A_i (d_head = 8 rows) to the head; the head sends
+    # O_ji A_i (its own d = 8 rows) to each tail.
+    assert strict_bytes_by_agent(g, 3) == [8 * 3 * 4, 2 * 8 * 3 * 4, 8 * 3 * 4]
+    assert strict_bytes_per_step(g, 3) == 384
+
+
+def test_quickstart_graph_bytes() -> None:
+    # graphs/quick4.yaml: complete graph on d = 16, 24, 32, 24, K = 32 (the quickstart).
+    g = load_graph("graphs/quick4.yaml")
+    assert pilot_bytes_per_step(g, 32) == 3 * (16 + 24 + 32 + 24) * 32 * 4 == 36864
+    # every edge carries max(d_i, d_j) both ways
+    edges_max = [24, 32, 24, 32, 24, 32]
+    assert strict_bytes_per_step(g, 32) == 2 * sum(edges_max) * 32 * 4 == 43008
+
+
+def test_equal_dims_strict_equals_standard() -> None:
+    g = Graph("ring", (5, 5, 5), ((0, 1), (0, 2), (1, 2)))
+    assert strict_bytes_by_agent(g, 7) == pilot_bytes_by_agent(g, 7)
+
+
+@st.composite
+def graphs(draw: st.DrawFn) -> Graph:
+    n = draw(st.integers(2, 7))
+    dims = tuple(draw(st.lists(st.integers(1, 300), min_size=n, max_size=n)))
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    edges = draw(st.lists(st.sampled_from(pairs), unique=True, max_size=len(pairs)))
+    return Graph("g", dims, tuple(edges))
+
+
+@settings(max_examples=60, deadline=None)
+@given(graphs(), st.integers(1, 128))
+def test_byte_formulas_are_sums_over_edges(g: Graph, k: int) -> None:
+    d = g.dims
+    assert pilot_bytes_per_step(g, k) == sum((d[i] + d[j]) * k * 4 for i, j in g.edges)
+    assert strict_bytes_per_step(g, k) == sum(2 * max(d[i], d[j]) * k * 4 for i, j in g.edges)
+    assert strict_bytes_per_step(g, k) >= pilot_bytes_per_step(g, k)
+
+
+def test_fedavg_bytes_count_upload_and_download() -> None:
+    assert fedavg_bytes_per_step([10, 20]) == 2 * 30 * 4
+    assert fedavg_bytes_per_step([]) == 0
+
+
+# ---- round times --------------------------------------------------------------------------
+
+
+def test_ideal_and_placement_bounds() -> None:
+    times = {0: 5.0, 4: 4.0, 1: 3.0, 2: 3.0, 6: 3.0}
+    assert ideal_round_seconds(times.values(), 2, 0.5) == pytest.approx(18 / 2 + 0.5)
+    # static: rank 1 + c mod 2 -> even clients {0, 4, 2, 6} = 15, odd {1} = 3
+    assert static_makespan(times, 2) == pytest.approx(15.0)
+    # LPT: 5 | 4, +3 -> 7 on the 4-side, +3 -> 8 on the 5-side, +3 -> 10
+    assert balanced_makespan(times.values(), 2) == pytest.approx(10.0)
+    with pytest.raises(ValueError):
+        ideal_round_seconds([1.0], 0, 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.0, 100.0), min_size=1, max_size=20), st.integers(1, 6))
+def test_bounds_are_ordered(ts: list[float], w: int) -> None:
+    times = dict(enumerate(ts))
+    ideal = ideal_round_seconds(ts, w, 0.0)
+    assert balanced_makespan(ts, w) >= ideal - 1e-9
+    assert static_makespan(times, w) >= ideal - 1e-9
+    assert balanced_makespan(ts, w) <= ideal + max(ts) + 1e-9  # LPT is within one job
+
+
+def test_round_rows() -> None:
+    history = [
+        {"round": 1, "final": False, "selected": [0, 1], "train_seconds": 3.0},
+        {"round": 2, "final": False, "selected": [1, 3], "train_seconds": 5.0},
+        {"round": 3, "final": True},
+    ]
+    times = {(0, 0): 2.0, (0, 1): 2.0, (1, 1): 4.0, (1, 3): 4.0}
+    rows = round_rows(history, times, [0.5, 0.5], 2)
+    assert [r["ideal"] for r in rows] == [2.5, 4.5]
+    # round 2: clients 1 and 3 both live on rank 2 -> static bound 8 + 0.5
+    assert [r["static_placement"] for r in rows] == [2.5, 8.5]
+    assert rows[1]["ratio"] == pytest.approx(5.0 / 4.5)
+
+
+# ---- statistics ---------------------------------------------------------------------------
+
+
+def test_summary_ratio_alternate_phase_table() -> None:
+    assert summary([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    assert summary([])["median"] is None
+    assert ratio(3.0, 2.0) == 1.5
+    assert ratio(None, 2.0) is None and ratio(1.0, 0.0) is None
+    assert alternate(["a", "b"], 3) == [["a", "b"], ["b", "a"], ["a", "b"]]
+    table = phase_table([{"x": 1.0, "y": 2.0}, {"x": 3.0}])
+    assert table == {"x": {"mean": 2.0, "max": 3.0}, "y": {"mean": 1.0, "max": 2.0}}
+
+
+# ---- plan -----------------------------------------------------------------------------------
+
+
+def test_plan_covers_every_case_and_filters() -> None:
+    launches = plan("small", CASE_NAMES)
+    covered = {c for la in launches for c in la.cases}
+    assert covered == set(CASE_NAMES)
+    only = plan("small", ["bytes"])
+    assert only and all(la.cases == ["bytes"] for la in only)
+    scaling = plan("full", ["scaling"], scaling_ranks=[1, 2, 4, 8, 16])
+    assert [la.ranks for la in scaling] == [16]
+    fedrep = plan("small", ["clients"], workers=[4, 2])
+    assert [la.ranks for la in fedrep] == [5, 3]
+    assert plan("small", ["clients"], image_data=False) == []
+    assert all(
+        "digits" in " ".join(la.spec["overrides"])
+        for la in plan("small", ["overhead"], image_data=False)
+        if la.label == "pair"
+    )
+
+
+def test_plan_rejects_bad_input() -> None:
+    with pytest.raises(ConfigError, match="unknown bench case"):
+        plan("small", ["overhed"])
+    with pytest.raises(ConfigError, match="size"):
+        plan("huge", ["bytes"])
+    assert parse_counts("4,1,2,2", "--ranks") == [1, 2, 4]
+    for bad in ("", "0,1", "a,b"):
+        with pytest.raises(ConfigError):
+            parse_counts(bad, "--ranks")
+
+
+# ---- timer -----------------------------------------------------------------------------------
+
+
+def test_phase_timer_accumulates_with_a_fake_clock() -> None:
+    ticks = iter([0.0, 1.0, 10.0, 12.5, 20.0, 21.0, 21.5, 30.0])
+    syncs = []
+    timer = PhaseTimer(sync=lambda: syncs.append(1), clock=lambda: next(ticks))
+    with timer("a"):
+        pass
+    with timer("b"):
+        pass
+    with timer("a"):
+        with timer("c"):  # nested: each name keeps its own inclusive time
+            pass
+    assert timer.totals() == {"a": 1.0 + 10.0, "b": 2.5, "c": 0.5}
+    assert timer.counts == {"a": 2, "b": 1, "c": 1}
+    assert len(syncs) == 8
+    timer.reset()
+    assert timer.totals() == {}
+
+
+def test_phase_timer_records_time_of_a_raising_section() -> None:
+    timer = PhaseTimer()
+    with pytest.raises(RuntimeError), timer("x"):
+        raise RuntimeError("boom")
+    assert timer.counts == {"x": 1} and timer.seconds["x"] >= 0.0
+
+
+def test_null_timer_is_a_shared_no_op() -> None:
+    assert NULL_TIMER("a") is NULL_TIMER("b")
+    with NULL_TIMER("a"):
+        value = math.pi
+    assert value == math.pi

@@ -1,0 +1,56 @@
+"""The per-phase timer inside the real training loop: it sees every phase, changes nothing."""
+
+from __future__ import annotations
+
+import torch
+
+from fedsheaf import experiment
+from fedsheaf.algorithms import DECENTRALIZED
+from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
+from fedsheaf.bench.ranks import NoNeighbours, Silent
+from fedsheaf.bench.timer import NULL_TIMER, PhaseTimer
+from fedsheaf.config import load_config
+
+torch.set_num_threads(1)
+
+
+def build(algorithm: str) -> DecentralizedAlgorithm:
+    cfg = load_config(
+        "configs/quickstart.yaml", [f"algorithm={algorithm}", "train.steps_per_epoch=3"]
+    )
+    graph = experiment.build_graph(cfg, 4)
+    ds, part = experiment.load_and_partition(cfg)
+    device = torch.device("cpu")
+    data = experiment.agent_data(ds, part, 0, device)
+    model = experiment.agent_model(cfg, ds, 0, device)
+    agent = Agent(0, cfg, graph, data, model, device, 3)
+    return DECENTRALIZED[algorithm](agent, NoNeighbours(), Silent())
+
+
+def one_epoch(algo: DecentralizedAlgorithm) -> float:
+    loss = algo.train_epoch(0)
+    algo.end_epoch(0)
+    return loss
+
+
+def test_timer_sees_every_phase_and_changes_nothing() -> None:
+    plain, timed = build("sheaf_frl"), build("sheaf_frl")
+    assert plain.timer is NULL_TIMER
+    timer = PhaseTimer()
+    timed.timer = timer
+    assert one_epoch(plain) == one_epoch(timed)
+    theirs = timed.model.state_dict()
+    for name, value in plain.model.state_dict().items():
+        assert torch.equal(value, theirs[name]), name
+    per_step = {"data", "forward", "pilot_forward", "exchange", "maps", "penalty", "backward"}
+    assert per_step | {"optimizer"} == set(timer.counts)
+    assert all(timer.counts[p] == 3 for p in per_step - {"maps"})
+    assert timer.counts["maps"] == 3 + 1  # every step, plus the refresh at the epoch's end
+    assert all(s >= 0.0 for s in timer.totals().values())
+
+
+def test_independent_training_has_no_sheaf_phases() -> None:
+    algo = build("noncoop")
+    algo.timer = timer = PhaseTimer()
+    one_epoch(algo)
+    assert set(timer.counts) == {"data", "forward", "backward", "optimizer"}
