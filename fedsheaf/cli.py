@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from fedsheaf import __version__
@@ -18,10 +19,42 @@ def _run(args: argparse.Namespace) -> int:
     return main(config, overrides, args.resume)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from fedsheaf import graph_command
-    from fedsheaf.theory import command as theory_command
+# name, module, its configure(parser) and run(args) functions, help text
+SUBCOMMANDS = [
+    ("graph", "fedsheaf.graph_command", "configure", "run", "build or inspect graph files"),
+    ("sweep", "fedsheaf.sweep", "configure", "run", "expand a study into runs; run or list them"),
+    (
+        "report",
+        "fedsheaf.report",
+        "configure",
+        "run",
+        "comparison table and figures from run directories",
+    ),
+    (
+        "ufm",
+        "fedsheaf.theory.command",
+        "configure",
+        "run",
+        "unconstrained-feature-model federation (seed 002)",
+    ),
+    (
+        "fedrep-linear",
+        "fedsheaf.theory.command",
+        "configure_linear",
+        "run_linear_cli",
+        "FedRep vs FedAvg on the linear model (seed 003)",
+    ),
+    (
+        "bench",
+        "fedsheaf.bench.command",
+        "configure",
+        "run",
+        "performance benchmarks (results/bench/)",
+    ),
+]
 
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fedsheaf", description="MPI-native federated representation learning."
     )
@@ -49,33 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=_run)
 
-    graph = sub.add_parser("graph", help="build or inspect graph files")
-    graph_command.configure(graph)
-    graph.set_defaults(func=graph_command.run)
-
-    from fedsheaf import report, sweep
-
-    sweep_p = sub.add_parser("sweep", help="expand a study into runs; run or list them")
-    sweep.configure(sweep_p)
-    sweep_p.set_defaults(func=sweep.run)
-
-    report_p = sub.add_parser("report", help="comparison table and figures from run directories")
-    report.configure(report_p)
-    report_p.set_defaults(func=report.run)
-
-    ufm = sub.add_parser("ufm", help="unconstrained-feature-model federation (seed 002)")
-    theory_command.configure(ufm)
-    ufm.set_defaults(func=theory_command.run)
-
-    lin = sub.add_parser("fedrep-linear", help="FedRep vs FedAvg on the linear model (seed 003)")
-    theory_command.configure_linear(lin)
-    lin.set_defaults(func=theory_command.run_linear_cli)
-
-    from fedsheaf.bench import command as bench_command
-
-    bench = sub.add_parser("bench", help="performance benchmarks (results/bench/)")
-    bench_command.configure(bench)
-    bench.set_defaults(func=bench_command.run)
+    for name, module, configure, run_fn, text in SUBCOMMANDS:
+        mod = importlib.import_module(module)
+        p = sub.add_parser(name, help=text)
+        getattr(mod, configure)(p)
+        p.set_defaults(func=getattr(mod, run_fn))
     return parser
 
 

@@ -47,6 +47,11 @@ def mpi_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def mpi_command(n: int, args: list[str]) -> list[str]:
+    """The mpiexec command line that runs ``python args...`` on ``n`` ranks."""
+    return [str(MPIEXEC), "--oversubscribe", "-n", str(n), sys.executable, *args]
+
+
 def run_mpi(
     n: int,
     args: list[str],
@@ -57,9 +62,13 @@ def run_mpi(
     """Launch ``args`` (a Python module/script command line) on ``n`` real MPI ranks."""
     if not MPIEXEC.exists():
         pytest.skip(f"mpiexec not found at {MPIEXEC}")
-    cmd = [str(MPIEXEC), "--oversubscribe", "-n", str(n), sys.executable, *args]
     return subprocess.run(
-        cmd, cwd=cwd or REPO, env=env or mpi_env(), capture_output=True, text=True, timeout=timeout
+        mpi_command(n, args),
+        cwd=cwd or REPO,
+        env=env or mpi_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 

@@ -31,6 +31,8 @@ SCALING_AGENT = {"encoder": [16, 32, 64], "head": [128], "dropout": 0.2}
 #: Table-2 agents whose pilot cost is timed at the small size: the smallest model,
 #: the largest latent space and the largest model.
 SMALL_PILOT_AGENTS = [2, 6, 11]
+#: Sheaf-FRL with K = B/8 pilots per step (batch 64): what target 1 costs at a smaller K.
+K_EIGHTH_64 = {"sheaf_frl_k/8": ["algorithm=sheaf_frl", "sheaf.pilot_batch=8"]}
 
 
 @dataclass
@@ -102,6 +104,7 @@ def plan(
                     "config": "configs/pair.yaml",
                     "overrides": [*img, "data.limit=6000", "train.steps_per_epoch=8"],
                     "repeats": reps,
+                    "extra_methods": K_EIGHTH_64,
                 },
             ),
             Launch(
@@ -112,6 +115,9 @@ def plan(
                     "config": "configs/quickstart.yaml",
                     "overrides": [],
                     "repeats": reps,
+                    "extra_methods": {
+                        "sheaf_frl_k/8": ["algorithm=sheaf_frl", "sheaf.pilot_batch=4"]
+                    },
                     "bytes_steps": 4,
                     "bytes_epochs": 1,
                 },
@@ -148,6 +154,7 @@ def plan(
             "config": "configs/mnist15.yaml",
             "overrides": list(img),
             "repeats": reps,
+            "extra_methods": K_EIGHTH_64,
             "bytes_steps": 4,
             "bytes_epochs": 1,
         }
@@ -164,7 +171,12 @@ def plan(
                 "pair",
                 2,
                 ["overhead", "pilot_cost"],
-                {"config": "configs/pair.yaml", "overrides": list(img), "repeats": reps},
+                {
+                    "config": "configs/pair.yaml",
+                    "overrides": list(img),
+                    "repeats": reps,
+                    "extra_methods": K_EIGHTH_64,
+                },
             ),
         ]
 

@@ -53,11 +53,12 @@ def _overhead_rows(
         for method, target_id, floor_key in (
             ("sheaf_frl", "1", "floor_ratio"),
             ("sheaf_frl_fused", "1-fused", "batched_ratio"),
+            ("sheaf_frl_k/8", "1-K/8", None),
         ):
             if method not in r["ratio"]:
                 continue
             value = r["ratio"][method]
-            floor = floors.get(r["label"], {}).get(floor_key)
+            floor = floors.get(r["label"], {}).get(floor_key) if floor_key else None
             note = f"paired median {fmt(r['paired_ratio'].get(method))}"
             if floor is not None and value is not None:
                 note += f"; pilot-pass floor {fmt(floor)} (measured = {fmt(value / floor)} × floor)"

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from fedsheaf import checkpoint
-from tests.conftest import MPIEXEC, REPO, mpi_env, run_mpi
+from tests.conftest import MPIEXEC, REPO, mpi_command, mpi_env, run_mpi
 
 pytestmark = pytest.mark.mpi
 
@@ -54,21 +53,19 @@ def test_lost_rank_and_diverged_agent_stop_the_job(tmp_path):
         pytest.skip(f"mpiexec not found at {MPIEXEC}")
     name = f"lost-{uuid.uuid4().hex[:12]}"  # unique command line, to find the ranks
     run = tmp_path / name
-    cmd = [
-        str(MPIEXEC),
-        "--oversubscribe",
-        "-n",
-        "4",
-        sys.executable,
-        "-m",
-        "fedsheaf",
-        "run",
-        "configs/quickstart.yaml",
-        f"output.dir={tmp_path}",
-        f"output.name={name}",
-        "train.epochs=500",
-        "train.steps_per_epoch=3",
-    ]
+    cmd = mpi_command(
+        4,
+        [
+            "-m",
+            "fedsheaf",
+            "run",
+            "configs/quickstart.yaml",
+            f"output.dir={tmp_path}",
+            f"output.name={name}",
+            "train.epochs=500",
+            "train.steps_per_epoch=3",
+        ],
+    )
     with open(tmp_path / "out.txt", "w") as log:
         proc = subprocess.Popen(
             cmd, cwd=REPO, env=mpi_env(), stdout=log, stderr=log, start_new_session=True

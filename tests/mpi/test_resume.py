@@ -6,14 +6,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from fedsheaf.results import read_metrics
-from tests.conftest import MPIEXEC, REPO, mpi_env, run_mpi
+from tests.conftest import MPIEXEC, REPO, mpi_command, mpi_env, run_mpi
 
 pytestmark = pytest.mark.mpi
 EPOCHS = 30
@@ -21,19 +20,7 @@ COMMON = ["train.steps_per_epoch=3", f"train.epochs={EPOCHS}", "seed=5"]
 
 
 def _command(out: Path, *args: str) -> list[str]:
-    return [
-        str(MPIEXEC),
-        "--oversubscribe",
-        "-n",
-        "4",
-        sys.executable,
-        "-m",
-        "fedsheaf",
-        "run",
-        *args,
-        f"output.dir={out}",
-        *COMMON,
-    ]
+    return mpi_command(4, ["-m", "fedsheaf", "run", *args, f"output.dir={out}", *COMMON])
 
 
 def _manifest_epoch(run: Path) -> int:
