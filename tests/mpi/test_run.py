@@ -112,9 +112,22 @@ def test_bad_input_gives_one_clear_message(mpirun, tmp_path, n, overrides, messa
 
 def test_fifteen_agent_config_starts(mpirun, tmp_path, fmnist_root):
     """Table 2 on FashionMNIST: one short epoch on 15 ranks (the full study is cluster work)."""
-    proc = mpirun(15, ["-m", "fedsheaf", "run", "configs/mnist15.yaml", f"output.dir={tmp_path}",
-                       "data.dataset=fashionmnist", f"data.root={fmnist_root}", "data.limit=3000",
-                       "train.epochs=1", "train.steps_per_epoch=2"], timeout=400)
+    proc = mpirun(
+        15,
+        [
+            "-m",
+            "fedsheaf",
+            "run",
+            "configs/mnist15.yaml",
+            f"output.dir={tmp_path}",
+            "data.dataset=fashionmnist",
+            f"data.root={fmnist_root}",
+            "data.limit=3000",
+            "train.epochs=1",
+            "train.steps_per_epoch=2",
+        ],
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "mnist15-seed0" / "summary.json").read_text())
     assert [a["dim"] for a in summary["agents"]][:3] == [128, 224, 64]
