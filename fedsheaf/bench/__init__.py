@@ -4,8 +4,9 @@
 * :mod:`.formulas` — byte counts, ideal round times, medians: pure functions.
 * :mod:`.report` — targets, JSON and Markdown output.
 * :mod:`.plan` — which launches each case needs at each size (``small``, ``full``).
-* :mod:`.decentralized`, :mod:`.clients` — what every rank runs (``python -m
-  fedsheaf.bench.worker``); :mod:`.command` — the ``fedsheaf bench`` driver.
+* :mod:`.decentralized`, :mod:`.pilot_cost`, :mod:`.clients` — what every rank runs
+  (``python -m fedsheaf.bench.worker``), with :mod:`.ranks` (clocks, sleeping barrier);
+  :mod:`.command` — the ``fedsheaf bench`` driver.
 
 Importing this package is cheap: the training loop imports :mod:`.timer` from it.
 """
