@@ -110,15 +110,19 @@ def test_bad_input_gives_one_clear_message(mpirun, tmp_path, n, overrides, messa
     assert not list(tmp_path.glob("*/summary.json"))
 
 
-def test_fifteen_agent_config_starts(mpirun, tmp_path, fmnist_root):
-    """Table 2 on FashionMNIST: one short epoch on 15 ranks (the full study is cluster work)."""
+@pytest.mark.parametrize(
+    "config,n,dims",
+    [("configs/mnist15.yaml", 15, [128, 224, 64]), ("configs/pair.yaml", 2, [128, 128])],
+)
+def test_study_configs_start(mpirun, tmp_path, fmnist_root, config, n, dims):
+    """Table 2 (15 ranks) and the Table 3 pair on FashionMNIST: one short epoch each."""
     proc = mpirun(
-        15,
+        n,
         [
             "-m",
             "fedsheaf",
             "run",
-            "configs/mnist15.yaml",
+            config,
             f"output.dir={tmp_path}",
             "data.dataset=fashionmnist",
             f"data.root={fmnist_root}",
@@ -129,6 +133,7 @@ def test_fifteen_agent_config_starts(mpirun, tmp_path, fmnist_root):
         timeout=400,
     )
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads((tmp_path / "mnist15-seed0" / "summary.json").read_text())
-    assert [a["dim"] for a in summary["agents"]][:3] == [128, 224, 64]
-    assert summary["n_agents"] == 15
+    (summary_file,) = tmp_path.glob("*/summary.json")
+    summary = json.loads(summary_file.read_text())
+    assert [a["dim"] for a in summary["agents"]][:3] == dims
+    assert summary["n_agents"] == n
