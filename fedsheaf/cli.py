@@ -30,6 +30,7 @@ SUBCOMMANDS = [
         "run",
         "comparison table and figures from run directories",
     ),
+    ("watch", "fedsheaf.watch", "configure", "run", "follow a running job's metrics.jsonl"),
     (
         "ufm",
         "fedsheaf.theory.command",

@@ -8,6 +8,9 @@ chosen by the mean **validation** score ``score_val`` over seeds — the harmoni
 of validation private and communication accuracy — never by test numbers. The table
 reports the chosen grid point's **test** accuracies as mean ± std over seeds.
 
+``fedsheaf report`` also writes a per-run table and learning-curve / bytes figures
+for any mix of run directories, both families (:mod:`fedsheaf.report_runs`).
+
 Method names and grid keys come from the sweep's ``study.json`` when there is one;
 otherwise the method is the algorithm (plus a non-default Sheaf-FRL variant, pilot
 strategy or Parseval flag) and the grid key is ``sheaf.lam`` (none for noncoop).
@@ -317,23 +320,34 @@ def write_report(records: list[RunRecord], out: Path) -> list[Path]:
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
-        "Turn run directories into the comparison table (Markdown + CSV) and figures. "
-        "λ is picked per method and setting by validation score."
+        "Turn run directories (of either family, or folders holding them) into a per-run "
+        "table (runs_table.md/.csv), learning curves and bytes-per-round figures; for "
+        "decentralized runs also the study comparison (λ picked per method and setting "
+        "by validation score) and accuracy vs s / vs d figures."
     )
-    parser.add_argument("paths", nargs="+", help="run directories or sweep directories")
+    parser.add_argument("paths", nargs="+", help="run directories or folders holding them")
     parser.add_argument(
         "--out", help="output directory (default: <path>/report for one path, else ./report)"
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    records = collect(args.paths)
+    from fedsheaf.report_runs import find_runs, runs_table_markdown, write_runs_report
+
+    runs = find_runs(args.paths)
     out = (
         Path(args.out)
         if args.out
         else (Path(args.paths[0]) / "report" if len(args.paths) == 1 else Path("report"))
     )
-    for path in write_report(records, out):
+    written = write_runs_report(runs, out)
+    study = [r.path for r in runs if r.family == "decentralized" and r.summary is not None]
+    records = collect(study) if study else []
+    if records:
+        written += write_report(records, out)
+    for path in written:
         print(path)
-    print(markdown(select(records)), end="")
+    print(runs_table_markdown(runs), end="")
+    if records:
+        print("\n## Comparison\n\n" + markdown(select(records)), end="")
     return 0

@@ -1,0 +1,335 @@
+"""Per-run overview for ``fedsheaf report``: one table row and one curve per run directory.
+
+Works on any mix of run directories of both families (see :mod:`fedsheaf.results`):
+
+* decentralized / hub (sheaf_frl, noncoop, comfed, sheaf_fmtl, fedproto, fedmuscle):
+  one ``metrics.jsonl`` record per *epoch* with ``private_acc``, ``comm_acc``,
+  ``bytes_sent`` (+ ``eval_bytes_sent``);
+* server-based (fedavg, fedrep, ..., head_fedavg): one record per *round* with ``acc``
+  (every ``eval_every`` rounds; ``head_fedavg`` has ``test_mse`` instead), ``bytes_up``
+  and ``bytes_down``.
+
+A run directory is any folder with a ``config.yaml`` beside a ``metrics.jsonl`` or a
+``summary.json``; runs without a ``summary.json`` are listed as unfinished.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedsheaf.config import SERVER_BASED
+from fedsheaf.errors import ConfigError
+from fedsheaf.results import atomic_write_text, read_metrics, write_atomic
+
+DECENTRALIZED_COLS = ("private_acc", "comm_acc", "comm_acc_deg", "score_val")
+SERVER_COLS = ("acc", "score", "final_acc", "test_mse", "gram_err_star")
+BASE_COLS = ("run", "algorithm", "family", "seed", "status", "steps", "wall_seconds", "bytes")
+
+
+@dataclass
+class RunInfo:
+    """One run directory, read once: config, per-step records, summary (None if running)."""
+
+    path: Path
+    config: dict[str, Any]
+    records: list[dict[str, Any]]
+    summary: dict[str, Any] | None
+    final: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def algorithm(self) -> str:
+        return str(self.config.get("algorithm"))
+
+    @property
+    def family(self) -> str:
+        return "server" if self.algorithm in SERVER_BASED else "decentralized"
+
+    @property
+    def step_key(self) -> str:
+        return "round" if self.family == "server" else "epoch"
+
+
+def _load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} does not hold a config mapping")
+    return data
+
+
+def load_run(path: str | Path) -> RunInfo:
+    """Read one run directory (``config.yaml`` required; metrics and summary optional)."""
+    path = Path(path)
+    if not (path / "config.yaml").is_file():
+        raise ConfigError(f"{path} is not a run directory (no config.yaml)")
+    records = read_metrics(path / "metrics.jsonl") if (path / "metrics.jsonl").is_file() else []
+    summary = None
+    if (path / "summary.json").is_file():
+        try:
+            summary = json.loads((path / "summary.json").read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path / 'summary.json'} is not valid JSON: {exc}") from None
+    info = RunInfo(path, _load_yaml(path / "config.yaml"), records, summary)
+    info.final = final_metrics(info)
+    return info
+
+
+def find_runs(paths: list[str | Path]) -> list[RunInfo]:
+    """Every run directory at or below ``paths`` (sorted by path, each once)."""
+    dirs: set[Path] = set()
+    for p in map(Path, paths):
+        if not p.exists():
+            raise ConfigError(f"no such run or study directory: {p}")
+        for cfg in [p / "config.yaml", *p.rglob("config.yaml")]:
+            d = cfg.parent
+            if cfg.is_file() and (
+                (d / "metrics.jsonl").is_file() or (d / "summary.json").is_file()
+            ):
+                dirs.add(d.resolve())
+    if not dirs:
+        where = ", ".join(map(str, paths))
+        raise ConfigError(f"no run directories (config.yaml + metrics.jsonl) under {where}")
+    return [load_run(d) for d in sorted(dirs)]
+
+
+def _with_acc(records: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
+    return [r for r in records if r.get(key) is not None]
+
+
+def step_bytes(run: RunInfo, record: dict[str, Any]) -> int:
+    """Bytes one epoch/round moved: sent (incl. evaluation) or up + down."""
+    if run.family == "server":
+        return int(record.get("bytes_up") or 0) + int(record.get("bytes_down") or 0)
+    return int(record.get("bytes_sent") or 0) + int(record.get("eval_bytes_sent") or 0)
+
+
+def final_metrics(run: RunInfo) -> dict[str, Any]:
+    """The family's final numbers: from summary.json, else from the last metrics record."""
+    s = run.summary or {}
+    recs = run.records
+    out: dict[str, Any] = {}
+    if run.family == "decentralized":
+        last = (_with_acc(recs, "private_acc") or [{}])[-1]
+        for k in DECENTRALIZED_COLS:
+            out[k] = s.get(k, last.get(k))
+    else:
+        last_acc = (_with_acc(recs, "acc") or [{}])[-1]
+        last_mse = (_with_acc(recs, "test_mse") or [{}])[-1]
+        out["acc"] = s.get("acc_last", last_acc.get("acc"))
+        out["score"] = s.get("score")
+        out["final_acc"] = s.get("final_acc")
+        out["test_mse"] = s.get("test_mse", last_mse.get("test_mse"))
+        out["gram_err_star"] = (s.get("final") or {}).get(
+            "gram_err_star", last_mse.get("gram_err_star")
+        )
+    steps = [
+        r[run.step_key]
+        for r in recs
+        if isinstance(r.get(run.step_key), int) and not r.get("final")  # not the fine-tune
+    ]
+    out["steps"] = max(steps) if steps else None
+    wall = s.get("wall_seconds")
+    out["wall_seconds"] = (
+        wall if wall is not None else sum(float(r.get("seconds") or 0) for r in recs)
+    )
+    if "bytes_up_total" in s:
+        out["bytes"] = int(s["bytes_up_total"]) + int(s.get("bytes_down_total") or 0)
+    else:
+        out["bytes"] = sum(step_bytes(run, r) for r in recs)
+    return out
+
+
+def run_row(run: RunInfo) -> dict[str, Any]:
+    """One table row: name, algorithm, family, seed, status, and the final numbers."""
+    return {
+        "run": run.name,
+        "algorithm": run.algorithm,
+        "family": run.family,
+        "seed": run.config.get("seed"),
+        "status": "finished" if run.summary is not None else "running",
+        **run.final,
+    }
+
+
+def _fmt(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4g}" if abs(value) < 1e-2 else f"{value:.3f}"
+    return str(value)
+
+
+def human_bytes(n: Any) -> str:
+    if not isinstance(n, int | float):
+        return "–"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def runs_table_csv(runs: list[RunInfo]) -> str:
+    """All runs, both families' metric columns (blank where a family has none)."""
+    buf = io.StringIO()
+    cols = [*BASE_COLS, *DECENTRALIZED_COLS, *SERVER_COLS]
+    w = csv.DictWriter(buf, cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for run in runs:
+        w.writerow({k: ("" if v is None else v) for k, v in run_row(run).items()})
+    return buf.getvalue()
+
+
+def runs_table_markdown(runs: list[RunInfo]) -> str:
+    """One Markdown table per family present, each with that family's metric columns."""
+    parts = []
+    for family, title, step, metric_cols in (
+        ("decentralized", "Decentralized runs", "epochs", DECENTRALIZED_COLS),
+        ("server", "Server-based runs", "rounds", SERVER_COLS),
+    ):
+        mine = [r for r in runs if r.family == family]
+        if not mine:
+            continue
+        rows = [run_row(r) for r in mine]
+        # drop metric columns no run of this family has (e.g. test_mse for classifiers)
+        cols = [c for c in metric_cols if any(row.get(c) is not None for row in rows)]
+        head = ["run", "algorithm", "seed", "status", step, *cols, "wall s", "bytes"]
+        lines = [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for row in rows:
+            cells = [row["run"], row["algorithm"], _fmt(row["seed"]), row["status"]]
+            cells += [_fmt(row["steps"]), *(_fmt(row.get(c)) for c in cols)]
+            cells += [_fmt(row["wall_seconds"]), human_bytes(row["bytes"])]
+            lines.append("| " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+def _curves(run: RunInfo) -> dict[str, tuple[list[int], list[float]]]:
+    """Metric name → (steps, values) of the run's learning curves."""
+    key = run.step_key
+    names = ("private_acc", "comm_acc") if run.family == "decentralized" else ("acc", "test_mse")
+    out = {}
+    for name in (*names, "loss"):
+        pts = [
+            (r[key], float(r[name]))
+            for r in run.records
+            if isinstance(r.get(key), int) and r.get(name) is not None and not r.get("final")
+        ]
+        if pts:
+            out[name] = ([p[0] for p in pts], [p[1] for p in pts])
+    return out
+
+
+def _savefig(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
+    plt.close(fig)
+    return path
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+MAX_LEGEND = 20
+
+
+def _legend(fig: Any, handles: list[Any], labels: list[str]) -> None:
+    """Run names right of the panels (left out when there are too many to read)."""
+    if handles and len(handles) <= MAX_LEGEND:
+        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+
+
+def _wide_positive(ax: Any) -> bool:
+    """Whether the plotted values are positive and span enough decades for a log axis."""
+    ys = [float(y) for line in ax.lines for y in line.get_ydata()]
+    return bool(ys) and min(ys) > 0 and max(ys) / min(ys) > 20
+
+
+def plot_learning_curves(runs: list[RunInfo], path: Path) -> Path:
+    """Accuracy (and test MSE, training loss) against epoch/round, one colour per run."""
+    plt = _pyplot()
+    curves = [_curves(r) for r in runs]
+    panels = [
+        (title, names, log)
+        for title, names, log in (
+            ("test accuracy", ("private_acc", "comm_acc", "acc"), False),
+            ("test MSE", ("test_mse",), True),
+            ("training loss", ("loss",), True),
+        )
+        if any(n in c for c in curves for n in names)
+    ] or [("test accuracy", ("acc",), False)]
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(5 * len(panels) + 2, 4), squeeze=False, layout="constrained"
+    )
+    styles = {"private_acc": "-", "comm_acc": "--", "acc": "-", "test_mse": "-", "loss": "-"}
+    handles: dict[int, Any] = {}  # one legend entry per run
+    for ax, (title, names, log) in zip(axes[0], panels, strict=True):
+        for i, run_curves in enumerate(curves):
+            for n in names:
+                if n in run_curves:
+                    xs, ys = run_curves[n]
+                    (line,) = ax.plot(xs, ys, styles[n], marker=".", color=f"C{i % 10}")
+                    handles.setdefault(i, line)
+        if "comm_acc" in names and any("comm_acc" in c for c in curves):
+            title += " (dashed: comm.)"
+        ax.set_xlabel("epoch / round")
+        ax.set_title(title)
+        if log and _wide_positive(ax):
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    _legend(fig, [handles[i] for i in sorted(handles)], [runs[i].name for i in sorted(handles)])
+    return _savefig(fig, path)
+
+
+def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
+    """Bytes per epoch/round per run (decentralized: sent incl. eval; server: up + down)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
+    handles: list[Any] = []
+    labels: list[str] = []
+    for i, run in enumerate(runs):
+        key = run.step_key
+        pts = [(r[key], step_bytes(run, r)) for r in run.records if isinstance(r.get(key), int)]
+        if pts:
+            xs, ys = zip(*pts, strict=True)
+            (line,) = ax.plot(xs, ys, marker=".", color=f"C{i % 10}")
+            handles.append(line)
+            labels.append(run.name)
+    ax.set_xlabel("epoch / round")
+    ax.set_ylabel("bytes per epoch / round")
+    if _wide_positive(ax):
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    _legend(fig, handles, labels)
+    return _savefig(fig, path)
+
+
+def write_runs_report(runs: list[RunInfo], out: Path) -> list[Path]:
+    """Write runs_table.md/.csv, learning_curves.png and bytes_per_round.png under ``out``."""
+    written = []
+    md = "# Runs\n\n" + runs_table_markdown(runs)
+    for name, text in (("runs_table.md", md), ("runs_table.csv", runs_table_csv(runs))):
+        written.append(atomic_write_text(out / name, text))
+    written.append(plot_learning_curves(runs, out / "learning_curves.png"))
+    written.append(plot_bytes(runs, out / "bytes_per_round.png"))
+    return written

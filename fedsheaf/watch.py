@@ -1,0 +1,197 @@
+"""``fedsheaf watch RUN_DIR``: follow a running job through its ``metrics.jsonl``.
+
+Prints a one-line header from ``config.yaml``, then one line per epoch (decentralized)
+or round (server-based) as rank 0 appends them, and a closing line once
+``summary.json`` appears. Only complete lines are read: a line still being written
+(a torn tail) is picked up on the next poll.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from fedsheaf.config import SERVER_BASED
+from fedsheaf.errors import ConfigError
+from fedsheaf.report_runs import human_bytes
+
+
+class MetricsTail:
+    """Complete JSON records appended to a file since the last :meth:`poll`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset = path, 0
+
+    def poll(self) -> list[dict[str, Any]]:
+        if not self.path.is_file():
+            return []
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1  # the bytes after the last newline are not yet a line
+        self.offset += end
+        records = []
+        for line in data[:end].splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict):
+                records.append(rec)
+        return records
+
+
+def _family(cfg: dict[str, Any]) -> str:
+    return "server" if cfg.get("algorithm") in SERVER_BASED else "decentralized"
+
+
+def _total(cfg: dict[str, Any]) -> Any:
+    if _family(cfg) == "server":
+        return (cfg.get("federated") or {}).get("rounds")
+    return (cfg.get("train") or {}).get("epochs")
+
+
+def header(cfg: dict[str, Any], run_dir: Path) -> str:
+    """``name · algorithm · seed · participants · length · directory``."""
+    fed = cfg.get("federated") or {}
+    if _family(cfg) == "server":
+        who, length = f"{fed.get('clients')} clients", f"{_total(cfg)} rounds"
+    else:
+        agents = cfg.get("agents") or []
+        who = f"{len(agents)} agents" if agents else f"graph {cfg.get('graph')}"
+        length = f"{_total(cfg)} epochs"
+    parts = [str(cfg.get("name")), str(cfg.get("algorithm")), f"seed {cfg.get('seed')}"]
+    return " · ".join([*parts, who, length, str(run_dir)])
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, int | float) else "–"
+
+
+def format_record(rec: dict[str, Any], cfg: dict[str, Any]) -> str | None:
+    """One progress line for an epoch/round record (None for records of neither kind)."""
+    total = _total(cfg)
+    if "round" in rec:
+        step = "final" if rec.get("final") else f"round {rec['round']}/{total}"
+    elif "epoch" in rec:
+        step = f"epoch {rec['epoch']}/{total}"
+    else:
+        return None
+    cells = [f"{step:<12}"]
+    if rec.get("loss") is not None:
+        cells.append(f"loss {_num(rec['loss'], 4)}")
+    for key, label in (
+        ("private_acc", "private"),
+        ("comm_acc", "comm"),
+        ("score_val", "val"),
+        ("acc", "acc"),
+        ("test_mse", "test_mse"),
+        ("gram_err_star", "gram_err"),
+    ):
+        if rec.get(key) is not None:
+            value = rec[key]
+            text = f"{value:.3g}" if key == "gram_err_star" else _num(value)
+            cells.append(f"{label} {text}")
+    if rec.get("seconds") is not None:
+        cells.append(f"{rec['seconds']:.2f} s")
+    if "bytes_sent" in rec:
+        cells.append(f"sent {human_bytes(rec['bytes_sent'])}")
+    if "bytes_up" in rec:
+        cells.append(f"up {human_bytes(rec['bytes_up'])} down {human_bytes(rec.get('bytes_down'))}")
+    return "  ".join(cells)
+
+
+def finished_line(summary: dict[str, Any]) -> str:
+    """Closing line from summary.json."""
+    cells = [f"finished in {_num(summary.get('wall_seconds'), 1)} s:"]
+    for key, label in (
+        ("private_acc", "private"),
+        ("comm_acc", "comm"),
+        ("comm_acc_deg", "comm (deg.)"),
+        ("acc_last", "acc"),
+        ("final_acc", "final acc"),
+        ("score", "score"),
+    ):
+        if summary.get(key) is not None:
+            cells.append(f"{label} {_num(summary[key], 4)}")
+    if summary.get("score_is"):
+        cells.append(f"({summary['score_is']})")
+    return " ".join(cells)
+
+
+def _read_config(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return None
+    cfg = yaml.safe_load(path.read_text())
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path} does not hold a config mapping")
+    return cfg
+
+
+def watch(
+    run_dir: str | Path,
+    interval: float = 5.0,
+    once: bool = False,
+    out: TextIO | None = None,
+) -> int:
+    """Print progress of the run in ``run_dir``; return when it has finished (or at once).
+
+    ``once`` prints everything recorded so far plus a status line, then returns.
+    """
+    out = out if out is not None else sys.stdout
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"no such run directory: {run_dir}")
+    if interval <= 0:
+        raise ConfigError(f"--interval must be positive, got {interval}")
+    cfg = _read_config(run_dir)
+    if cfg is None and once:
+        raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
+    while cfg is None:  # the job has not written its config yet
+        time.sleep(interval)
+        cfg = _read_config(run_dir)
+    print(header(cfg, run_dir), file=out, flush=True)
+    tail, seen = MetricsTail(run_dir / "metrics.jsonl"), 0
+    while True:
+        done = (run_dir / "summary.json").is_file()  # checked first: no record comes after it
+        for rec in tail.poll():
+            line = format_record(rec, cfg)
+            if line is not None:
+                seen += 1
+                print(line, file=out, flush=True)
+        if done:
+            summary = json.loads((run_dir / "summary.json").read_text())
+            print(finished_line(summary), file=out, flush=True)
+            return 0
+        if once:
+            unit = "rounds" if _family(cfg) == "server" else "epochs"
+            state = f"{seen} {unit} so far" if seen else f"no {unit} recorded yet"
+            print(f"running: {state}", file=out, flush=True)
+            return 0
+        time.sleep(interval)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Follow a running job: a header from RUN_DIR/config.yaml, then each epoch/round "
+        "line of RUN_DIR/metrics.jsonl as it appears; stops when summary.json appears."
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's output directory")
+    parser.add_argument(
+        "--interval", type=float, default=5.0, metavar="S", help="seconds between polls"
+    )
+    parser.add_argument("--once", action="store_true", help="print the current state and exit")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return watch(args.run_dir, args.interval, args.once)
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,275 @@
+"""`fedsheaf report` over any run directories: per-run table, learning curves, bytes plot.
+
+Run directories are written with the real writer (``RunDir``) and a resolved config
+(``dump_config(load_config(...))``), with metrics records shaped like the trainers'.
+"""
+
+import csv
+import io
+import struct
+from pathlib import Path
+
+import pytest
+
+from fedsheaf import cli
+from fedsheaf.config import dump_config, load_config
+from fedsheaf.errors import ConfigError
+from fedsheaf.report_runs import (
+    BASE_COLS,
+    DECENTRALIZED_COLS,
+    SERVER_COLS,
+    find_runs,
+    runs_table_csv,
+    runs_table_markdown,
+    write_runs_report,
+)
+from fedsheaf.results import RunDir
+
+REPO = Path(__file__).resolve().parents[2]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def make_decentralized(
+    root: Path, name: str, epochs: int, seed: int = 0, shift: float = 0.7, finished: bool = True
+) -> Path:
+    """A quickstart-style Sheaf-FRL run: per-epoch network records (+ per-agent ones)."""
+    cfg = load_config(
+        REPO / "configs/quickstart.yaml",
+        [f"seed={seed}", f"train.epochs={epochs}", f"data.shift={shift}"],
+    )
+    rd = RunDir(root / name)
+    rd.write_config(dump_config(cfg))
+    rec: dict = {}
+    for e in range(1, epochs + 1):
+        rec = {
+            "epoch": e,
+            "loss": 2.0 / e,
+            "seconds": 0.5,
+            "bytes_sent": 1000,
+            "private_acc": 0.5 + 0.1 * e + 0.01 * seed,
+            "comm_acc": 0.2 + 0.05 * e,
+            "comm_acc_deg": 0.21 + 0.05 * e,
+            "private_acc_val": 0.5,
+            "comm_acc_val": 0.3,
+            "comm_acc_deg_val": 0.3,
+            "score_val": 0.3 + 0.01 * e,
+            "eval_bytes_sent": 100,
+            "agents": [{"agent": 0, "epoch": e, "private_acc": 0.4, "bytes_sent": 250}],
+        }
+        rd.append_metrics(rec)
+    if finished:
+        summary = {k: v for k, v in rec.items() if k != "agents"}
+        summary.update(
+            name=cfg.name, algorithm=cfg.algorithm, seed=cfg.seed, wall_seconds=1.75, agents=[]
+        )
+        rd.write_summary(summary)
+    return rd.path
+
+
+def make_server(
+    root: Path,
+    name: str,
+    rounds: int,
+    algorithm: str = "fedrep",
+    finished: bool = True,
+    final_round: bool = True,
+) -> Path:
+    """A FedRep-style run: a record per round, accuracy every 2nd round, a final fine-tune."""
+    cfg = load_config(
+        REPO / "configs/fedrep_fmnist_100c2.yaml",
+        [f"algorithm={algorithm}", f"federated.rounds={rounds}", "seed=3"],
+    )
+    rd = RunDir(root / name)
+    rd.write_config(dump_config(cfg))
+    for r in range(1, rounds + 1):
+        rec = {"round": r, "final": False, "loss": 1.0 / r, "seconds": 2.0}
+        rec.update(bytes_up=3000, bytes_down=2000 if r > 1 else 4000)
+        if r % 2 == 0:
+            rec.update(acc=0.1 * r, client_acc=[0.1 * r] * 3)
+        rd.append_metrics(rec)
+    if final_round:
+        rd.append_metrics(
+            {"round": rounds + 1, "final": True, "acc": 0.95, "loss": 0.1, "seconds": 5.0}
+            | {"bytes_up": 50, "bytes_down": 0}
+        )
+    if finished:
+        rd.write_summary(
+            {
+                "name": cfg.name,
+                "algorithm": algorithm,
+                "seed": 3,
+                "score": 0.35,
+                "score_is": "mean acc over rounds 3-4",
+                "acc_last": 0.1 * rounds,
+                "final_acc": 0.95 if final_round else None,
+                "rounds": rounds,
+                "wall_seconds": 12.5,
+                "bytes_up_total": 3000 * rounds + 50,
+                "bytes_down_total": 2000 * rounds + 2000,
+            }
+        )
+    return rd.path
+
+
+def make_head(root: Path, name: str, rounds: int = 3) -> Path:
+    """A head_fedavg run: test MSE and Gram errors instead of accuracy."""
+    cfg = load_config(REPO / "configs/head_fedavg_diabetes3.yaml", [f"federated.rounds={rounds}"])
+    rd = RunDir(root / name)
+    rd.write_config(dump_config(cfg))
+    for r in range(1, rounds + 1):
+        rd.append_metrics(
+            {"round": r, "final": False, "test_mse": 2.0 / r, "gram_err_star": 10.0**-r}
+            | {"loss": 0.5, "seconds": 1.0, "bytes_up": 468, "bytes_down": 324}
+        )
+    rd.write_summary(
+        {
+            "name": cfg.name,
+            "algorithm": "head_fedavg",
+            "seed": 0,
+            "score": 2.0 / rounds,
+            "test_mse": 2.0 / rounds,
+            "final": {"gram_err_star": 10.0**-rounds},
+            "wall_seconds": 3.0,
+            "bytes_up_total": 468 * rounds,
+            "bytes_down_total": 324 * rounds,
+        }
+    )
+    return rd.path
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """A folder of runs of both families (one still running) plus one run dir elsewhere."""
+    root = tmp_path / "runs"
+    make_decentralized(root, "sf-a", epochs=3)
+    make_decentralized(root, "sf-b", epochs=2, seed=1, finished=False)
+    make_server(root / "deeper", "fedrep", rounds=4)
+    make_head(root, "head")
+    single = make_server(tmp_path / "elsewhere", "fedavg", rounds=2, algorithm="fedavg")
+    return root, single
+
+
+def test_table_has_one_row_per_run_with_the_family_metrics(mixed):
+    root, single = mixed
+    runs = find_runs([root, single, root / "sf-a"])  # a run named twice is listed once
+    text = runs_table_csv(runs)
+    reader = csv.DictReader(io.StringIO(text))
+    assert reader.fieldnames == [*BASE_COLS, *DECENTRALIZED_COLS, *SERVER_COLS]
+    rows = {r["run"]: r for r in reader}
+    assert sorted(rows) == ["fedavg", "fedrep", "head", "sf-a", "sf-b"]
+
+    a = rows["sf-a"]
+    assert (a["algorithm"], a["family"], a["seed"], a["status"]) == (
+        "sheaf_frl",
+        "decentralized",
+        "0",
+        "finished",
+    )
+    assert int(a["steps"]) == 3 and float(a["wall_seconds"]) == 1.75
+    assert int(a["bytes"]) == 3 * (1000 + 100)  # sent incl. evaluation traffic
+    assert float(a["private_acc"]) == pytest.approx(0.8)
+    assert float(a["score_val"]) == pytest.approx(0.33)
+    assert a["acc"] == "" and a["test_mse"] == ""
+
+    b = rows["sf-b"]  # no summary: last record, summed seconds
+    assert b["status"] == "running" and b["seed"] == "1" and int(b["steps"]) == 2
+    assert float(b["wall_seconds"]) == 1.0 and int(b["bytes"]) == 2200
+    assert float(b["private_acc"]) == pytest.approx(0.71)
+
+    f = rows["fedrep"]
+    assert (f["family"], f["seed"], f["steps"]) == ("server", "3", "4")  # not the fine-tune
+    assert int(f["bytes"]) == 3000 * 4 + 50 + 2000 * 4 + 2000
+    assert float(f["acc"]) == pytest.approx(0.4) and float(f["final_acc"]) == 0.95
+    assert f["private_acc"] == ""
+
+    h = rows["head"]
+    assert float(h["test_mse"]) == pytest.approx(2 / 3)
+    assert float(h["gram_err_star"]) == pytest.approx(1e-3) and h["acc"] == ""
+
+    md = runs_table_markdown(runs)
+    assert "## Decentralized runs" in md and "## Server-based runs" in md
+    assert "| sf-a | sheaf_frl | 0 | finished | 3 | 0.800 | 0.350 | 0.360 | 0.330 |" in md
+    assert "| sf-b | sheaf_frl | 1 | running | 2 |" in md
+    assert "| fedavg | fedavg | 3 | finished | 2 | 0.200 | 0.350 | 0.950 |" in md
+    assert "3.30 kB" in md  # sf-a bytes, human-readable
+
+
+def test_server_only_markdown_drops_columns_no_run_has(tmp_path):
+    make_server(tmp_path, "fedrep", rounds=2)
+    md = runs_table_markdown(find_runs([tmp_path]))
+    assert "Decentralized" not in md and "test_mse" not in md and "| acc |" in md
+
+
+def test_torn_last_line_is_skipped(tmp_path):
+    path = make_decentralized(tmp_path, "torn", epochs=2, finished=False)
+    with open(path / "metrics.jsonl", "a") as fh:
+        fh.write('{"epoch": 3, "loss": 0.5, "priv')
+    (run,) = find_runs([path])
+    assert run.final["steps"] == 2 and len(run.records) == 2
+
+
+def test_write_runs_report_pngs_are_valid(mixed, tmp_path):
+    root, single = mixed
+    out = tmp_path / "rep"
+    written = write_runs_report(find_runs([root, single]), out)
+    names = {p.name for p in written}
+    assert names == {
+        "runs_table.md",
+        "runs_table.csv",
+        "learning_curves.png",
+        "bytes_per_round.png",
+    }
+    w, h = _png_size(out / "learning_curves.png")
+    assert w > 3 * h  # three panels side by side: accuracy, test MSE, loss
+    assert _png_size(out / "bytes_per_round.png")[0] > 0
+    assert not list(out.glob(".*.tmp"))  # atomic writes left nothing behind
+
+
+def test_cli_mixed_runs_with_a_study_keeps_shift_figure(tmp_path, capsys):
+    root = tmp_path / "study"
+    for s in (0.3, 1.0):
+        for seed in (0, 1):
+            make_decentralized(root, f"sf-{s}-{seed}", epochs=2, seed=seed, shift=s)
+    make_server(root, "fedrep", rounds=2)
+    out = tmp_path / "rep"
+    assert cli.main(["report", str(root), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    for name in (
+        "runs_table.md",
+        "runs_table.csv",
+        "learning_curves.png",
+        "bytes_per_round.png",
+        "comparison.md",
+        "comparison.csv",
+        "runs.csv",
+        "accuracy_vs_shift.png",
+    ):
+        assert (out / name).is_file() and str(out / name) in printed
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == PNG_MAGIC
+    assert "## Server-based runs" in printed and "## Comparison" in printed
+    # the study comparison only sees the decentralized runs: two settings, one method
+    comp = list(csv.DictReader(io.StringIO((out / "comparison.csv").read_text())))
+    assert [(r["method"], r["shift"], r["seeds"]) for r in comp] == [
+        ("sheaf_frl", "0.3", "2"),
+        ("sheaf_frl", "1.0", "2"),
+    ]
+
+
+def test_cli_server_runs_only_and_errors(tmp_path, capsys):
+    make_server(tmp_path / "runs", "fedrep", rounds=2, final_round=False)
+    out = tmp_path / "rep"
+    assert cli.main(["report", str(tmp_path / "runs"), "--out", str(out)]) == 0
+    assert not (out / "comparison.md").exists() and (out / "learning_curves.png").is_file()
+    assert "## Comparison" not in capsys.readouterr().out
+    assert cli.main(["report", str(tmp_path / "missing")]) == 2
+    assert "no such run" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no run directories"):
+        find_runs([tmp_path / "empty"])

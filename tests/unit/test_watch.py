@@ -1,0 +1,105 @@
+"""`fedsheaf watch`: progress lines from a (running or finished) run's metrics.jsonl."""
+
+import io
+import threading
+import time
+
+import pytest
+
+from fedsheaf import cli
+from fedsheaf.errors import ConfigError
+from fedsheaf.results import RunDir
+from fedsheaf.watch import MetricsTail, watch
+from tests.unit.test_report_runs import make_decentralized, make_head, make_server
+
+
+def _watch(path, **kw) -> list[str]:
+    out = io.StringIO()
+    assert watch(path, out=out, **kw) == 0
+    return out.getvalue().splitlines()
+
+
+def test_partial_run_with_a_torn_last_line(tmp_path):
+    path = make_decentralized(tmp_path, "run", epochs=4, seed=2, finished=False)
+    lines = (path / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (path / "metrics.jsonl").write_text("".join(lines[:2]) + lines[2][:25])  # torn epoch 3
+    out = _watch(path, once=True)
+    assert out[0].startswith("quickstart · sheaf_frl · seed 2 · ")
+    assert out[0].endswith(f"4 epochs · {path}")
+    assert len(out) == 4
+    assert out[1].startswith("epoch 1/4") and out[2].startswith("epoch 2/4")
+    assert "private 0.720" in out[2] and "comm 0.300" in out[2] and "sent 1.00 kB" in out[2]
+    assert out[3] == "running: 2 epochs so far"
+
+
+def test_tail_picks_up_a_line_once_it_is_complete(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    tail = MetricsTail(path)
+    assert tail.poll() == []  # no file yet
+    path.write_text('{"epoch": 1}\n{"epoch": 2, "lo')
+    assert tail.poll() == [{"epoch": 1}]
+    assert tail.poll() == []
+    with open(path, "a") as fh:
+        fh.write('ss": 0.5}\n{"epoch": 3}\n')
+    assert tail.poll() == [{"epoch": 2, "loss": 0.5}, {"epoch": 3}]
+    assert tail.poll() == []
+
+
+def test_no_epoch_yet(tmp_path):
+    path = make_decentralized(tmp_path, "run", epochs=1, finished=False)
+    (path / "metrics.jsonl").unlink()  # config written, first epoch not yet
+    assert _watch(path, once=True)[1:] == ["running: no epochs recorded yet"]
+
+
+def test_finished_server_run_prints_rounds_final_and_summary(tmp_path):
+    path = make_server(tmp_path, "fedrep", rounds=3)
+    out = _watch(path, interval=0.01)  # not --once: returns because summary.json exists
+    assert out[0].startswith("fedrep_fmnist_100c2 · fedrep · seed 3 · 100 clients · 3 rounds")
+    assert [line.split("  ")[0].strip() for line in out[1:5]] == [
+        "round 1/3",
+        "round 2/3",
+        "round 3/3",
+        "final",
+    ]
+    assert "acc" not in out[1] and "acc 0.200" in out[2]
+    assert "up 3.00 kB down 4.00 kB" in out[1]
+    assert out[5].startswith("finished in 12.5 s: acc 0.3000 final acc 0.9500 score 0.3500")
+    assert out[5].endswith("(mean acc over rounds 3-4)") and len(out) == 6
+
+
+def test_head_fedavg_lines_show_mse_and_gram_error(tmp_path):
+    out = _watch(make_head(tmp_path, "head", rounds=2), once=True)
+    assert "test_mse 1.000" in out[2] and "gram_err 0.01" in out[2]
+
+
+def test_follow_mode_prints_new_records_until_summary_appears(tmp_path):
+    path = make_decentralized(tmp_path, "run", epochs=1, finished=False)
+
+    def finish():
+        time.sleep(0.15)
+        rd = RunDir(path)
+        rd.append_metrics({"epoch": 2, "loss": 0.25, "private_acc": 0.9, "seconds": 0.1})
+        time.sleep(0.1)
+        rd.write_summary({"wall_seconds": 2.0, "private_acc": 0.9, "comm_acc": 0.4})
+
+    writer = threading.Thread(target=finish)
+    writer.start()
+    try:
+        out = _watch(path, interval=0.02)
+    finally:
+        writer.join()
+    assert [line[:9] for line in out[1:3]] == ["epoch 1/1", "epoch 2/1"]
+    assert out[3] == "finished in 2.0 s: private 0.9000 comm 0.4000"
+
+
+def test_cli_watch_and_errors(tmp_path, capsys):
+    path = make_decentralized(tmp_path, "run", epochs=2)
+    assert cli.main(["watch", str(path), "--once"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 4 and out[-1].startswith("finished in 1.8 s: private 0.7000")
+    assert cli.main(["watch", str(tmp_path / "missing"), "--once"]) == 2
+    assert "no such run directory" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="no config.yaml"):
+        watch(tmp_path, once=True)
+    with pytest.raises(ConfigError, match="--interval"):
+        watch(path, interval=0)
