@@ -24,6 +24,8 @@ DECENTRALIZED = ("sheaf_frl", "noncoop", "comfed", "sheaf_fmtl")
 HUB_BASED = ("fedproto", "fedmuscle")
 SERVER_BASED = ("fedavg", "fedavg_ft", "fedrep", "fedper", "lg_fedavg", "local", "head_fedavg")
 ALGORITHMS = DECENTRALIZED + HUB_BASED + SERVER_BASED
+# Algorithms whose runs checkpoint and resume (head_fedavg's server Gram tracker is not saved).
+RESUMABLE = DECENTRALIZED + tuple(a for a in SERVER_BASED if a != "head_fedavg")
 # Methods that need every agent to have the same latent dimension d.
 EQUAL_DIM_ONLY = ("fedproto", "fedmuscle")
 
@@ -203,9 +205,9 @@ class HeadConfig:
 
 @dataclass
 class CheckpointConfig:
-    """Checkpoint/resume of decentralized runs (see fedsheaf.checkpoint)."""
+    """Checkpoint/resume of decentralized and server-based runs (see fedsheaf.checkpoint)."""
 
-    every: int = spec(1, lo=0, doc="write a checkpoint every N epochs; 0 = never")
+    every: int = spec(1, lo=0, doc="write a checkpoint every N epochs (rounds); 0 = never")
     keep: int = spec(2, lo=1, doc="complete checkpoints kept on disk")
     resume: bool = spec(False, doc="continue from the newest complete checkpoint, if any")
 
@@ -248,10 +250,10 @@ class ExperimentConfig:
                 raise ConfigError(f"algorithm {self.algorithm} needs config key 'graph'")
             if not self.agents:
                 raise ConfigError(f"algorithm {self.algorithm} needs config key 'agents'")
-        if self.checkpoint.resume and not self.decentralized:
+        if self.checkpoint.resume and self.algorithm not in RESUMABLE:
             raise ConfigError(
                 f"config key 'checkpoint.resume': algorithm {self.algorithm} cannot resume "
-                f"(checkpoints exist for {', '.join(DECENTRALIZED)})"
+                f"(checkpoints exist for {', '.join(RESUMABLE)})"
             )
         if self.checkpoint.resume and self.output.overwrite:
             raise ConfigError(

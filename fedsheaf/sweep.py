@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from fedsheaf.config import DECENTRALIZED, HUB_BASED, load_config, read_yaml
+from fedsheaf.config import HUB_BASED, RESUMABLE, load_config, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import atomic_write_json, atomic_write_text
 
@@ -288,7 +288,7 @@ def restart_overrides(run: Run, force: bool) -> list[str] | None:
     """How to (re)start ``run`` locally: None to skip it (finished), else extra overrides.
 
     A finished run is skipped unless ``force`` (then it starts over). An interrupted
-    decentralized run continues from its newest checkpoint; others start over.
+    run of a resumable algorithm continues from its newest checkpoint; others start over.
     """
     path = Path(run.dir)
     if force:
@@ -297,7 +297,7 @@ def restart_overrides(run: Run, force: bool) -> list[str] | None:
         return None
     if not path.exists():
         return []
-    if run.extra.get("algorithm") in DECENTRALIZED:
+    if run.extra.get("algorithm") in RESUMABLE:
         return ["checkpoint.resume=true"]
     return ["output.overwrite=true"]
 

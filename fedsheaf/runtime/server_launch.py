@@ -12,6 +12,13 @@ After the last round, if the algorithm has a final schedule, every client runs
 it once (e.g. head fine-tuning, nothing uploaded) and is evaluated again.
 Averaging in client-id order makes results independent of the rank count.
 
+Every ``checkpoint.every`` rounds each rank saves its state (the server: the
+shared vector, the history and its byte counters; a worker: its clients'
+private parameters) with :mod:`fedsheaf.checkpoint`'s protocol, and
+``checkpoint.resume`` continues from the newest complete checkpoint. Client
+sampling, batch order and augmentation derive from (seed, client, round), so no
+generator state needs saving.
+
 What is trained and how it is scored comes from the algorithm's *task*
 (:mod:`fedsheaf.algorithms.federated.task`): data, model, local solver,
 evaluation rows and summary. A task may also ask for one exchange before the
@@ -22,11 +29,15 @@ target moments) and add server-side metrics after each aggregation.
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from fedsheaf import checkpoint
 from fedsheaf.algorithms.federated import FEDERATED
 from fedsheaf.algorithms.federated.protocol import (
     average,
@@ -38,7 +49,9 @@ from fedsheaf.algorithms.federated.protocol import (
 from fedsheaf.algorithms.federated.task import Task
 from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.config import ExperimentConfig, dump_config
+from fedsheaf.errors import ConfigError
 from fedsheaf.results import RunDir
+from fedsheaf.runtime.launch import open_run_dir
 from fedsheaf.runtime.star import Star
 from fedsheaf.runtime.world import World
 
@@ -63,14 +76,55 @@ class Rounds:
         self.hosted = sorted(runner.clients)
         self.size = runner.shared.size
         self.history: list[dict[str, Any]] = []
+        self.w: np.ndarray | None = None  # the shared vector after the rounds done so far
+        self.rounds_done = 0
+        self._resumed: dict[str, Any] | None = None
+
+    # ---- checkpoints ------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's state after ``rounds_done`` rounds (for fedsheaf.checkpoint)."""
+        state: dict[str, Any] = {"runner": self.runner.state_dict(), "bytes": dict(self.star.bytes)}
+        if self.star.is_server and self.w is not None:
+            state.update(w=torch.from_numpy(self.w.copy()), history=self.history)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any], rounds_done: int) -> None:
+        """Continue after ``rounds_done`` rounds from what :meth:`state_dict` returned."""
+        if rounds_done > self.fc.rounds:
+            raise ConfigError(
+                f"config key 'federated.rounds': the checkpoint is after round {rounds_done}, "
+                f"but the run has only {self.fc.rounds} rounds"
+            )
+        if self.star.is_server and state["w"].numel() != self.size:
+            raise checkpoint.CheckpointError(
+                f"the checkpoint's shared vector has {state['w'].numel()} values, "
+                f"this model shares {self.size}"
+            )
+        self.runner.load_state_dict(state["runner"])
+        self.rounds_done, self._resumed = rounds_done, state
+        if self.star.is_server:
+            self.history = list(state["history"])
+
+    def _resume(self, w: np.ndarray) -> np.ndarray:
+        """The checkpoint's shared vector on every rank; byte counters as they were."""
+        state, server = self._resumed, self.star.is_server
+        assert state is not None
+        w = self.star.bcast(state["w"].numpy().astype(w.dtype) if server else w, "params")
+        self.star.bytes = Counter(state["bytes"])
+        self._resumed = None
+        return w
 
     # ---- the protocol -----------------------------------------------------------
-    def run(self) -> list[dict[str, Any]]:
+    def run(self, after_round: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+        """Rounds ``rounds_done+1 .. rounds`` (then the final round); ``after_round(t)``
+        runs on every rank once round ``t`` is recorded (the checkpoint hook)."""
         fc, star, server = self.fc, self.star, self.star.is_server
         init = self.runner.shared.flatten(self.runner.model)
         w = star.bcast(init, "params")  # everyone starts from the server's parameters
         self._setup(w)
-        for t in range(fc.rounds):
+        if self._resumed is not None:
+            w = self._resume(w)
+        for t in range(self.rounds_done, fc.rounds):
             start = time.perf_counter()
             sel = star.bcast(
                 sample_clients(fc.clients, fc.fraction, self.cfg.seed, t)
@@ -98,6 +152,9 @@ class Rounds:
                 record["selected"] = [int(c) for c in sel]
                 record.update(extra)
                 self._record(record, got_info, start, trained)
+            self.w, self.rounds_done = w, t + 1
+            if after_round is not None:
+                after_round(t + 1)
         if self.runner.algorithm.has_final_round:
             self._final_round(w)
         return self.history
@@ -196,13 +253,8 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     mine = hosted_clients(world.rank, fc.clients, star.n_workers)
     device = torch.device("cpu") if world.is_root else world.device
     data = world.agree(lambda: task.load_clients(mine, device))
-    run_dir = world.agree(
-        lambda: (
-            RunDir(f"{cfg.output.dir}/{cfg.run_name()}", cfg.output.overwrite)
-            if world.is_root
-            else None
-        )
-    )
+    run_path = Path(cfg.output.dir) / cfg.run_name()
+    run_dir = world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
     if run_dir is not None:
         run_dir.write_config(dump_config(cfg))
     runner = task.make_runner(task.build_model(), data, device)
@@ -218,7 +270,10 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     if run_dir is not None:
         world.log(f"fedsheaf: writing {run_dir.path}")
     start = time.perf_counter()
-    history = Rounds(cfg, star, runner, run_dir, task).run()
+    rounds = Rounds(cfg, star, runner, run_dir, task)
+    if cfg.checkpoint.resume:
+        restore(world, run_path, rounds)
+    history = rounds.run(checkpointer(cfg, world, run_path, rounds))
     elapsed = time.perf_counter() - start
     if not world.is_root or run_dir is None:
         return None
@@ -240,3 +295,35 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     world.log("\n" + task.result_table(summary))
     world.log(f"[{elapsed:.1f}s; results in {run_dir.path}]")
     return summary
+
+
+def restore(world: World, run_path: Path, rounds: Rounds) -> None:
+    """Load the newest complete checkpoint on every rank and cut metrics.jsonl to it."""
+    ckpt = world.bcast(
+        world.agree(lambda: checkpoint.latest(run_path, world.size) if world.is_root else None)
+    )
+    if ckpt is None:
+        world.log(f"fedsheaf: no complete checkpoint in {run_path}; starting from round 1")
+    else:
+        state = world.agree(lambda: checkpoint.load_rank(ckpt, world.rank))
+        world.agree(lambda: rounds.load_state_dict(state, ckpt.epoch))
+        world.log(f"fedsheaf: resuming {run_path} after round {ckpt.epoch}")
+    if world.is_root:  # records of rounds after the checkpoint are written again
+        checkpoint.rewrite_metrics(run_path / "metrics.jsonl", rounds.history)
+
+
+def checkpointer(
+    cfg: ExperimentConfig, world: World, run_path: Path, rounds: Rounds
+) -> Callable[[int], None] | None:
+    """The after-round hook: every rank saves, then rank 0 commits the manifest."""
+    every, keep = cfg.checkpoint.every, cfg.checkpoint.keep
+
+    def save(rounds_done: int) -> None:
+        if not checkpoint.due(rounds_done, every):
+            return
+        checkpoint.save_rank(run_path, rounds_done, world.rank, rounds.state_dict())
+        world.barrier()  # every rank's file is on disk before the manifest names it
+        if world.is_root:
+            checkpoint.commit(run_path, rounds_done, world.size, keep)
+
+    return save if every > 0 else None

@@ -128,8 +128,9 @@ def test_bad_values_name_the_key(override, message):
 def test_resume_excludes_overwrite_and_server_algorithms():
     with pytest.raises(ConfigError, match="'checkpoint.resume' and 'output.overwrite'"):
         load_config(QUICK, ["checkpoint.resume=true", "output.overwrite=true"])
-    with pytest.raises(ConfigError, match="algorithm fedavg cannot resume"):
-        load_config(QUICK, ["algorithm=fedavg", "checkpoint.resume=true"])
+    for algorithm in ("head_fedavg", "fedproto"):
+        with pytest.raises(ConfigError, match=f"algorithm {algorithm} cannot resume"):
+            load_config(QUICK, [f"algorithm={algorithm}", "checkpoint.resume=true"])
 
 
 @pytest.mark.parametrize(

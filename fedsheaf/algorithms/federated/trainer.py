@@ -28,6 +28,7 @@ from fedsheaf.algorithms.base import TrainingDiverged, build_optimizer
 from fedsheaf.algorithms.federated.base import FedAvg, Phase
 from fedsheaf.algorithms.federated.params import ParamSet
 from fedsheaf.algorithms.federated.setup import ClientData
+from fedsheaf.checkpoint import CheckpointError
 from fedsheaf.config import TrainConfig
 from fedsheaf.data.loaders import batches, n_batches, random_crop_flip
 from fedsheaf.seeding import derive_seed, torch_generator
@@ -85,6 +86,36 @@ class ClientRunner:
     def _snapshot(self, names: list[str]) -> dict[str, torch.Tensor]:
         params = dict(self.model.named_parameters())
         return {n: params[n].detach().clone() for n in names}
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this rank: every hosted client's private
+        parameters and the model's buffers (batch order and augmentation need
+        nothing: they derive from (seed, client, round, phase))."""
+        return {
+            "clients": {c: dict(s) for c, s in self.state.items()},
+            "buffers": {n: b.detach().clone() for n, b in self.model.named_buffers()},
+        }
+
+    @torch.no_grad()
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (tensors may come from the CPU)."""
+        saved = state["clients"]
+        if sorted(saved) != sorted(self.clients):
+            raise CheckpointError(
+                f"checkpoint holds clients {sorted(saved)}, this rank hosts {sorted(self.clients)}"
+            )
+        names = {n for n, _ in self.model.named_parameters()}
+        if any(not set(self.private) <= set(s) <= names for s in saved.values()):
+            raise CheckpointError("checkpoint client parameters do not match this model")
+        device = next(self.model.parameters()).device
+        self.state = {
+            c: {n: v.to(device) for n, v in saved[c].items()} for c in sorted(self.clients)
+        }
+        buffers = dict(self.model.named_buffers())
+        if set(state["buffers"]) != set(buffers):
+            raise CheckpointError("checkpoint model buffers do not match this model")
+        for name, value in state["buffers"].items():
+            buffers[name].copy_(value)
 
     @torch.no_grad()
     def install(self, client: int, shared: np.ndarray) -> None:
