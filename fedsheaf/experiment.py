@@ -41,9 +41,7 @@ def build_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:
 def load_and_partition(cfg: ExperimentConfig) -> tuple[Dataset, Partition]:
     """The global data set T and its label-shift partition (identical on every rank)."""
     dc = cfg.data
-    ds = load_dataset(dc.dataset, dc.root, dc.split, dc.download)
-    if dc.limit is not None and dc.limit < len(ds.y):
-        ds = Dataset(ds.name, ds.x[: dc.limit], ds.y[: dc.limit], ds.n_classes)
+    ds = load_dataset(dc.dataset, dc.root, dc.split, dc.download, dc.limit)
     part = label_shift_partition(
         ds.y.numpy(),
         [a.classes for a in cfg.agents],

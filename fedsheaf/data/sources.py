@@ -113,7 +113,11 @@ def clear_cache() -> None:
 
 
 def load_dataset(
-    name: str, root: str | Path, split: str = "train", download: bool = False
+    name: str,
+    root: str | Path,
+    split: str = "train",
+    download: bool = False,
+    limit: int | None = None,
 ) -> Dataset:
     """Load a whole split as normalised tensors.
 
@@ -130,6 +134,8 @@ def load_dataset(
     download:
         Let torchvision fetch missing files. Without it, missing files raise a
         :class:`DataError` that lists the exact paths expected.
+    limit:
+        Keep only the first ``limit`` samples (quick runs and tests).
     """
     key = _canonical(name)
     if split not in _SPLITS:
@@ -142,7 +148,10 @@ def load_dataset(
         else:
             ds = _load_torchvision(key, Path(root_key), split, download)
         _CACHE[cache_key] = ds
-    return _CACHE[cache_key]
+    ds = _CACHE[cache_key]
+    if limit is not None and limit < len(ds.y):
+        ds = Dataset(ds.name, ds.x[:limit], ds.y[:limit], ds.n_classes)
+    return ds
 
 
 def _normalise(x01: torch.Tensor, info: _Info) -> torch.Tensor:

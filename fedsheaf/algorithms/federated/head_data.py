@@ -36,10 +36,7 @@ def _holdout(data: RegressionData, fraction: float, seed: int) -> tuple[Regressi
 
 def _images(cfg: ExperimentConfig, split: str) -> Dataset:
     dc = cfg.data
-    ds = load_dataset(dc.dataset, dc.root, split, dc.download)
-    if dc.limit is not None and dc.limit < len(ds.y):
-        ds = Dataset(ds.name, ds.x[: dc.limit], ds.y[: dc.limit], ds.n_classes)
-    return ds
+    return load_dataset(dc.dataset, dc.root, split, dc.download, dc.limit)
 
 
 def regression_splits(cfg: ExperimentConfig) -> tuple[RegressionData, RegressionData]:

@@ -75,10 +75,7 @@ def check_setup(cfg: ExperimentConfig, n_ranks: int) -> None:
 
 def _split(cfg: ExperimentConfig, split: str) -> Dataset:
     dc = cfg.data
-    ds = load_dataset(dc.dataset, dc.root, split, dc.download)
-    if dc.limit is not None and dc.limit < len(ds.y):
-        ds = Dataset(ds.name, ds.x[: dc.limit], ds.y[: dc.limit], ds.n_classes)
-    return ds
+    return load_dataset(dc.dataset, dc.root, split, dc.download, dc.limit)
 
 
 def load_clients(
