@@ -29,8 +29,8 @@ from fedsheaf import experiment
 from fedsheaf.algorithms import DECENTRALIZED, SHEAF_VARIANTS
 from fedsheaf.algorithms.base import Agent, AgentData, DecentralizedAlgorithm
 from fedsheaf.bench.formulas import (
-    alternate,
     fedavg_bytes_per_step,
+    measure_alternating,
     phase_table,
     pilot_bytes_by_agent,
     pilot_bytes_per_step,
@@ -153,12 +153,8 @@ def overhead(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
     }
     names = list(algos)
     epochs = Epochs(world.comm, world.device)
-    for name in names:  # warm-up: allocator, first-step SVDs, caches
-        epochs.time(name, algos[name])
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for order in alternate(names, spec["repeats"]):
-        for name in order:
-            times[name].append(epochs.time(name, algos[name]))
+    # the warm-up call per method primes the allocator, first-step SVDs and caches
+    times = measure_alternating(names, spec["repeats"], lambda n: epochs.time(n, algos[n]))
     profiles = {name: world.gather(epochs.profile(name, algos[name])) for name in names}
     nbr.free()
     if not world.is_root:
@@ -300,12 +296,7 @@ def speedup(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
         return sequential() if name == "sequential" else epochs.time(name, algos[name])
 
     names = ["sequential", *algos]
-    for name in names:
-        one(name)  # warm-up
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for order in alternate(names, spec["repeats"]):
-        for name in order:
-            times[name].append(one(name))
+    times = measure_alternating(names, spec["repeats"], one)
     nbr.free()
     if not world.is_root:
         return None
@@ -365,12 +356,7 @@ def scaling(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
         idle_barrier(world.comm)
         return elapsed
 
-    for n in counts:
-        one(n)  # warm-up
-    times: dict[int, list[float]] = {n: [] for n in counts}
-    for order in alternate(counts, spec["repeats"]):
-        for n in order:
-            times[n].append(one(n))
+    times = measure_alternating(counts, spec["repeats"], one)
     profiles = {}
     for n in counts:
         mine = runs[n][2].profile(str(n), runs[n][0]) if n in runs else None

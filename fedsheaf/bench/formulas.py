@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from fedsheaf.graphs import Graph
@@ -139,6 +139,19 @@ def phase_table(per_rank: list[dict[str, float]]) -> dict[str, dict[str, float]]
 def alternate(names: Sequence[T], repeats: int) -> list[list[T]]:
     """The order of each repeat: A B, B A, A B, … (ABBA pairs cancel linear drifts)."""
     return [list(names) if r % 2 == 0 else list(names)[::-1] for r in range(repeats)]
+
+
+def measure_alternating(
+    names: Sequence[T], repeats: int, measure: Callable[[T], float]
+) -> dict[T, list[float]]:
+    """A warm-up ``measure`` per name, then ``repeats`` rounds in :func:`alternate` order."""
+    for name in names:
+        measure(name)
+    samples: dict[T, list[float]] = {name: [] for name in names}
+    for order in alternate(names, repeats):
+        for name in order:
+            samples[name].append(measure(name))
+    return samples
 
 
 def round_rows(

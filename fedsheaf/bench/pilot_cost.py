@@ -27,8 +27,8 @@ import torch.nn.functional as F
 
 from fedsheaf import experiment
 from fedsheaf.algorithms.base import build_optimizer
-from fedsheaf.bench.decentralized import alternate, load
-from fedsheaf.bench.formulas import ratio
+from fedsheaf.bench.decentralized import load
+from fedsheaf.bench.formulas import alternate, ratio
 from fedsheaf.bench.ranks import idle_barrier, sync
 from fedsheaf.runtime.world import World
 

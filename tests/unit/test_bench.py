@@ -195,3 +195,25 @@ def test_null_timer_is_a_shared_no_op() -> None:
     with NULL_TIMER("a"):
         value = math.pi
     assert value == math.pi
+
+
+def test_measure_alternating_warms_up_then_alternates():
+    from fedsheaf.bench.formulas import measure_alternating
+
+    calls: list[str] = []
+
+    def measure(name: str) -> float:
+        calls.append(name)
+        return float(len(calls))
+
+    samples = measure_alternating(["a", "b"], 3, measure)
+    assert calls == ["a", "b", "a", "b", "b", "a", "a", "b"]
+    assert samples == {"a": [3.0, 6.0, 7.0], "b": [4.0, 5.0, 8.0]}
+
+
+def test_benchmark_worker_modules_import():
+    """Every case module the MPI worker loads imports cleanly (no launch needed)."""
+    import importlib
+
+    for name in ("worker", "decentralized", "pilot_cost", "clients", "command"):
+        importlib.import_module(f"fedsheaf.bench.{name}")
