@@ -1,4 +1,4 @@
-"""Checkpoints of decentralized runs: one state file per rank, one manifest per run.
+"""Checkpoints of runs of every family: one state file per rank, one manifest per run.
 
 Layout inside a run directory::
 

@@ -55,7 +55,12 @@ SUBCOMMANDS = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; only ``command``'s module is imported (all of them when None).
+
+    Every rank of a job parses its command line, so ``fedsheaf run`` must not pay
+    for importing the report, bench and theory modules (matplotlib, …).
+    """
     parser = argparse.ArgumentParser(
         prog="fedsheaf", description="MPI-native federated representation learning."
     )
@@ -84,15 +89,26 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run)
 
     for name, module, configure, run_fn, text in SUBCOMMANDS:
-        mod = importlib.import_module(module)
         p = sub.add_parser(name, help=text)
-        getattr(mod, configure)(p)
-        p.set_defaults(func=getattr(mod, run_fn))
+        if command is None or command == name:
+            mod = importlib.import_module(module)
+            getattr(mod, configure)(p)
+            p.set_defaults(func=getattr(mod, run_fn))
     return parser
 
 
+def _command(argv: list[str]) -> str | None:
+    """The subcommand named on the command line, if any (before it: only options)."""
+    names = {"run", *(entry[0] for entry in SUBCOMMANDS)}
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in names else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command(argv) or "run")
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)

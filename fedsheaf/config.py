@@ -25,7 +25,6 @@ HUB_BASED = ("fedproto", "fedmuscle")
 SERVER_BASED = ("fedavg", "fedavg_ft", "fedrep", "fedper", "lg_fedavg", "local", "head_fedavg")
 ALGORITHMS = DECENTRALIZED + HUB_BASED + SERVER_BASED
 # Algorithms whose runs checkpoint and resume (head_fedavg's server Gram tracker is not saved).
-RESUMABLE = DECENTRALIZED + tuple(a for a in SERVER_BASED if a != "head_fedavg")
 # Methods that need every agent to have the same latent dimension d.
 EQUAL_DIM_ONLY = ("fedproto", "fedmuscle")
 
@@ -163,6 +162,13 @@ class FederatedConfig:
     eval_last: int = spec(10, lo=1, doc="score = mean local test accuracy, last N rounds")
     eval_every: int = spec(1, lo=1, doc="evaluate every N rounds (the last eval_last always)")
     augment: bool = spec(False, doc="random crop + horizontal flip (CIFAR-10)")
+    placement: str = spec(
+        "balanced",
+        choices=("balanced", "static"),
+        doc="which worker trains a sampled client: balanced (longest first to the "
+        "least-loaded worker each round; with 1 < W < clients every worker then holds "
+        "every client's data and private parameters) or static (its home rank 1 + c mod W)",
+    )
 
 
 @dataclass
@@ -250,11 +256,6 @@ class ExperimentConfig:
                 raise ConfigError(f"algorithm {self.algorithm} needs config key 'graph'")
             if not self.agents:
                 raise ConfigError(f"algorithm {self.algorithm} needs config key 'agents'")
-        if self.checkpoint.resume and self.algorithm not in RESUMABLE:
-            raise ConfigError(
-                f"config key 'checkpoint.resume': algorithm {self.algorithm} cannot resume "
-                f"(checkpoints exist for {', '.join(RESUMABLE)})"
-            )
         if self.checkpoint.resume and self.output.overwrite:
             raise ConfigError(
                 "config keys 'checkpoint.resume' and 'output.overwrite' exclude each other"
@@ -285,7 +286,8 @@ class ExperimentConfig:
             )
 
     def run_name(self) -> str:
-        return self.output.name or f"{self.name}-seed{self.seed}"
+        """``output.name``, else ``<name>-<algorithm>-seed<seed>`` (methods never collide)."""
+        return self.output.name or f"{self.name}-{self.algorithm}-seed{self.seed}"
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from fedsheaf.config import HUB_BASED, RESUMABLE, load_config, read_yaml
+from fedsheaf.config import HUB_BASED, load_config, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import atomic_write_json, atomic_write_text
 
@@ -287,8 +287,8 @@ def local_launcher(ranks: int) -> tuple[list[str], dict[str, str]]:
 def restart_overrides(run: Run, force: bool) -> list[str] | None:
     """How to (re)start ``run`` locally: None to skip it (finished), else extra overrides.
 
-    A finished run is skipped unless ``force`` (then it starts over). An interrupted
-    run of a resumable algorithm continues from its newest checkpoint; others start over.
+    A finished run is skipped unless ``force`` (then it starts over); an interrupted
+    run continues from its newest checkpoint (from the start if it has none).
     """
     path = Path(run.dir)
     if force:
@@ -297,9 +297,7 @@ def restart_overrides(run: Run, force: bool) -> list[str] | None:
         return None
     if not path.exists():
         return []
-    if run.extra.get("algorithm") in RESUMABLE:
-        return ["checkpoint.resume=true"]
-    return ["output.overwrite=true"]
+    return ["checkpoint.resume=true"]
 
 
 def run_local(study: Study, force: bool = False) -> int:

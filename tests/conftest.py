@@ -75,3 +75,16 @@ def run_mpi(
 @pytest.fixture
 def mpirun() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run_mpi
+
+
+#: Wall-clock fields of metrics and summaries: never equal between two runs.
+TIMING = ("seconds", "train_seconds", "wall_seconds")
+
+
+def untimed(obj: object) -> object:
+    """``obj`` (records, summaries) without its wall-clock fields, for exact comparison."""
+    if isinstance(obj, dict):
+        return {k: untimed(v) for k, v in obj.items() if k not in TIMING}
+    if isinstance(obj, list):
+        return [untimed(v) for v in obj]
+    return obj

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from fedsheaf.algorithms.base import Agent, Exchange, Reporter
-from fedsheaf.algorithms.hub_base import Hub, HubAgent, HubContext
+from fedsheaf.algorithms.hub_base import Hub, HubAgent, HubContext, HubServer
 from fedsheaf.seeding import derive_seed
 from fedsheaf.sheaf.pilots import PilotStream
 
@@ -66,18 +66,14 @@ class FedMuscle(HubAgent):
         return self.cfg.sheaf.lam * contrastive_alignment(z, target, self.fm.temperature)
 
 
-class FedMuscleServer:
+class FedMuscleServer(HubServer):
     """Averages the agents' pilot latents at every step of every alignment epoch."""
 
-    def __init__(self, ctx: HubContext, hub: Hub) -> None:
-        self.ctx, self.hub = ctx, hub
-
-    def serve(self) -> None:
+    def serve_epoch(self, epoch: int) -> None:
         fm, ctx = self.ctx.cfg.baseline.fedmuscle, self.ctx
+        if not is_alignment_epoch(epoch, fm.task_epochs, fm.align_epochs):
+            return
         shape = (_pilot_stream(ctx).batch, ctx.dim)
-        for epoch in range(ctx.cfg.train.epochs):
-            if not is_alignment_epoch(epoch, fm.task_epochs, fm.align_epochs):
-                continue
-            for _ in range(ctx.steps_per_epoch):
-                got = self.hub.collect(shape, "pilots")
-                self.hub.broadcast(got.mean(axis=0), shape, "pilots")
+        for _ in range(ctx.steps_per_epoch):
+            got = self.hub.collect(shape, "pilots")
+            self.hub.broadcast(got.mean(axis=0), shape, "pilots")

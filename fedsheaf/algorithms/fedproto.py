@@ -14,12 +14,14 @@ Communication accuracy uses the post-hoc maps of the non-cooperative baseline.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from fedsheaf.algorithms.base import Agent, Exchange, Reporter
-from fedsheaf.algorithms.hub_base import Hub, HubAgent, HubContext
+from fedsheaf.algorithms.hub_base import Hub, HubAgent, HubContext, HubServer
 from fedsheaf.sheaf.penalty import agent_lambda
 
 
@@ -80,22 +82,39 @@ class FedProto(HubAgent):
         t = torch.from_numpy(msg).to(self.agent.device)
         self.protos, self.valid = t[:, :-1], t[:, -1] > 0
 
+    def extra_state(self) -> dict[str, Any]:
+        return {**super().extra_state(), "protos": self.protos.cpu(), "valid": self.valid.cpu()}
 
-class FedProtoServer:
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        super().load_extra_state(state)
+        self.protos = state["protos"].to(self.agent.device)
+        self.valid = state["valid"].to(self.agent.device)
+
+
+class FedProtoServer(HubServer):
     """Keeps the global prototypes; one collect/broadcast per epoch."""
 
     def __init__(self, ctx: HubContext, hub: Hub) -> None:
-        self.ctx, self.hub = ctx, hub
+        super().__init__(ctx, hub)
         self.protos = np.zeros((ctx.n_classes, ctx.dim), dtype=np.float64)
         self.valid = np.zeros(ctx.n_classes, dtype=bool)
 
-    def serve(self) -> None:
+    def serve_epoch(self, epoch: int) -> None:
         shape = (self.ctx.n_classes, self.ctx.dim + 1)
-        for _ in range(self.ctx.cfg.train.epochs):
-            got = self.hub.collect(shape, "prototypes").astype(np.float64)
-            sums, counts = got[..., :-1].sum(0), got[..., -1].sum(0)
-            self.protos, self.valid = ema_prototypes(
-                self.protos, self.valid, sums, counts, self.ctx.cfg.baseline.fedproto.momentum
-            )
-            msg = np.concatenate([self.protos, self.valid[:, None].astype(np.float64)], axis=1)
-            self.hub.broadcast(msg, shape, "prototypes")
+        got = self.hub.collect(shape, "prototypes").astype(np.float64)
+        sums, counts = got[..., :-1].sum(0), got[..., -1].sum(0)
+        self.protos, self.valid = ema_prototypes(
+            self.protos, self.valid, sums, counts, self.ctx.cfg.baseline.fedproto.momentum
+        )
+        msg = np.concatenate([self.protos, self.valid[:, None].astype(np.float64)], axis=1)
+        self.hub.broadcast(msg, shape, "prototypes")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "protos": torch.from_numpy(self.protos.copy()),
+            "valid": torch.from_numpy(self.valid.copy()),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.protos = state["protos"].numpy().astype(np.float64)
+        self.valid = state["valid"].numpy().astype(bool)

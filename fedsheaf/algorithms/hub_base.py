@@ -9,6 +9,7 @@ agents' schedule call for call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -55,10 +56,47 @@ class HubAgent(NonCooperative):
     ) -> None:
         super().__init__(agent, nbr, reporter)
         self.hub, self.ctx = hub, ctx
-        self.hub_bytes = 0
+        self.hub_bytes = 0  # bytes sent to the server so far
+
+    def _count_hub_bytes(self) -> int:
+        self.hub_bytes += sum(v for k, v in self.hub.take_bytes().items() if k.endswith("_sent"))
+        return self.hub_bytes
 
     def evaluate(self) -> dict[str, Any]:
         record = super().evaluate()
-        self.hub_bytes += sum(v for k, v in self.hub.take_bytes().items() if k.endswith("_sent"))
-        record["server_bytes_sent"] = self.hub_bytes
+        record["server_bytes_sent"] = self._count_hub_bytes()
         return record
+
+    def extra_state(self) -> dict[str, Any]:
+        return {**super().extra_state(), "hub_bytes": self._count_hub_bytes()}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        super().load_extra_state(state)
+        self.hub_bytes = int(state["hub_bytes"])
+
+
+class HubServer:
+    """The server side: ``serve_epoch`` mirrors one epoch of the agents' hub calls.
+
+    Subclasses with state across epochs (FedProto's prototypes) override
+    :meth:`state_dict` and :meth:`load_state_dict` for checkpoints.
+    """
+
+    def __init__(self, ctx: HubContext, hub: Hub) -> None:
+        self.ctx, self.hub = ctx, hub
+
+    def serve(self, first_epoch: int = 0, after_epoch: Callable[[int], None] | None = None) -> None:
+        """Epochs ``first_epoch + 1 ..``; ``after_epoch(n)`` runs after epoch ``n``."""
+        for epoch in range(first_epoch, self.ctx.cfg.train.epochs):
+            self.serve_epoch(epoch)
+            if after_epoch is not None:
+                after_epoch(epoch + 1)
+
+    def serve_epoch(self, epoch: int) -> None:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""

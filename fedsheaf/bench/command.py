@@ -43,7 +43,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", default="small", choices=SIZES, help="problem sizes")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--ranks", help="weak-scaling rank counts, e.g. 1,2,4,8,16")
-    parser.add_argument("--workers", help="FedRep worker ranks, e.g. 4,2,1")
+    parser.add_argument(
+        "--workers",
+        help="FedRep worker ranks, e.g. 4,2,1 (balanced placement; without this option "
+        "static placement on 4 workers runs too, for reference)",
+    )
     parser.add_argument("--repeats", type=int, help="timed repeats per measurement")
     parser.add_argument("--dataset", default="fashionmnist", help="image data set (28×28)")
     parser.add_argument("--data-root", default="../shared/data", help="its torchvision root")

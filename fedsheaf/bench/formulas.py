@@ -3,7 +3,8 @@
 * Bytes on the wire per training step, from the graph alone (SPEC §2): standard
   Sheaf-FRL, its strict-privacy variant, and what FedAvg would move for the same models.
 * The ideal round time of a server-based run, and the round times that static and
-  balanced client placement allow (:func:`round_rows` puts them side by side per round).
+  balanced client placement allow and that the placement used gave (:func:`round_rows`
+  puts them side by side per round).
 * Medians and ratios of repeated timings, the A B / B A order of repeats, and the
   per-phase table of a profiled epoch.
 """
@@ -24,6 +25,7 @@ __all__ = [
     "fedavg_bytes_per_step",
     "ideal_round_seconds",
     "phase_table",
+    "placed_makespan",
     "pilot_bytes_by_agent",
     "pilot_bytes_per_step",
     "ratio",
@@ -109,6 +111,14 @@ def balanced_makespan(client_seconds: Iterable[float], n_workers: int) -> float:
     return max(heap)
 
 
+def placed_makespan(client_seconds: Mapping[int, float], ranks: Mapping[int, int]) -> float:
+    """Busiest rank's training time when client c trained on rank ``ranks[c]``."""
+    load: dict[int, float] = {}
+    for c, t in client_seconds.items():
+        load[ranks[c]] = load.get(ranks[c], 0.0) + t
+    return max(load.values(), default=0.0)
+
+
 def summary(samples: Sequence[float]) -> dict[str, Any]:
     """Median, min, max and count of repeated measurements (None when there are none)."""
     xs = [float(x) for x in samples]
@@ -159,8 +169,13 @@ def round_rows(
     client_times: dict[tuple[int, int], float],
     average_seconds: list[float],
     n_workers: int,
+    ranks: Mapping[tuple[int, int], int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Per training round: measured time, ideal, and the placement bounds."""
+    """Per training round: measured time, ideal, and the placement bounds.
+
+    ``ranks[(round, client)]`` (0-based round), where the client actually trained,
+    adds ``placed``: the busiest rank's time under that placement plus the average.
+    """
     rows = []
     for t, record in enumerate(r for r in history if not r["final"]):
         times = {c: client_times[(t, c)] for c in record["selected"]}
@@ -178,4 +193,7 @@ def round_rows(
                 "balanced_placement": balanced_makespan(times.values(), n_workers) + avg,
             }
         )
+        if ranks is not None:
+            where = {c: ranks[(t, c)] for c in times}
+            rows[-1]["placed"] = placed_makespan(times, where) + avg
     return rows

@@ -129,11 +129,17 @@ def _scaling_rows(results: list[dict[str, Any]]) -> Iterable[dict]:
 def _clients_rows(results: list[dict[str, Any]]) -> Iterable[dict]:
     for r in results:
         value = r["ratio"]["median"]
-        judged = r["workers"] == 4
+        placement = r.get("placement")  # absent in results from before placement existed
+        judged = r["workers"] == 4 and placement != "static"
         note = (
             f"static-placement bound {fmt(r['ratio_static_bound'])}, "
             f"balanced {fmt(r['ratio_balanced_bound'])}"
         )
+        if placement is not None:
+            note = (
+                f"{placement} placement; busiest-rank bound of that placement "
+                f"{fmt(r.get('ratio_placed_bound'))}; " + note
+            )
         yield _row(
             "4",
             "100-client FedRep round ≤ 1.2× ideal (4 workers)",
@@ -356,30 +362,44 @@ def _clients_md(results: list[dict[str, Any]]) -> list[str]:
         m = r["median"]
         rows.append(
             [
+                r["label"],
                 r["workers"],
+                r.get("placement", "static"),
                 r["sampled_per_round"],
                 m["measured"],
                 m["ideal"],
                 r["ratio"]["median"],
+                m.get("placed"),
                 m["static_placement"],
                 m["balanced_placement"],
                 r["ratio_static_bound"],
+                r.get("ratio_placed_bound"),
             ]
         )
     out += _table(
         [
+            "launch",
             "workers",
+            "placement",
             "clients/round",
             "round s (median)",
             "ideal s",
             "ratio",
+            "placed s",
             "static-placement s",
             "balanced s",
             "static/ideal",
+            "placed/ideal",
         ],
         rows,
     )
-    out += ["", "Medians over rounds 2+ (round 1 pays for warm-up)."]
+    out += [
+        "",
+        "Medians over rounds 2+ (round 1 pays for warm-up). *placed*: the busiest rank's "
+        "measured training under the placement the run used, plus the average; *static* "
+        "and *balanced*: the same for client c on rank 1 + c mod W, and for longest-first "
+        "dealing of the measured times.",
+    ]
     return [*out, ""]
 
 

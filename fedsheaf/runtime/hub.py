@@ -7,9 +7,13 @@ post-hoc maps and communication accuracy — and talk to the server through a
 :class:`~fedsheaf.runtime.star.Star` on the world communicator. The server runs the
 algorithm's server loop, which mirrors the agents' schedule exactly.
 
-Everything a rank could reject (graph, rank count, data, run directory) is checked
-collectively on the *whole* world first, so a user error never leaves the server
-waiting for agents that have already stopped.
+Everything a rank could reject (graph, rank count, data, run directory, the
+checkpoint to resume from) is checked collectively on the *whole* world first, so
+a user error never leaves the server waiting for agents that have already stopped.
+
+Checkpoints span the whole job: the server writes ``rank-0.pt`` (FedProto's
+prototypes), agent ``i`` writes ``rank-{i+1}.pt``, and the server commits the
+manifest after a barrier of all ranks.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from fedsheaf.config import ExperimentConfig
 from fedsheaf.errors import ConfigError
 from fedsheaf.graphs import load_graph
 from fedsheaf.runtime.star import Star
-from fedsheaf.runtime.world import World
+from fedsheaf.runtime.world import UserErrorExit, World
 
 
 class StarHub:
@@ -75,7 +79,7 @@ def _agent_world(world: World, comm: Any) -> World:
 
 def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
     """Run FedProto or FedMuscle: server on rank 0, agents on ranks 1..N."""
-    from fedsheaf.runtime.launch import open_run_dir, run_decentralized
+    from fedsheaf.runtime.launch import checkpointer, load_latest, open_run_dir, run_decentralized
 
     def check_ranks() -> Any:
         n = load_graph(cfg.graph).n
@@ -94,6 +98,7 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
         world.agree(lambda: None)
     run_path = Path(cfg.output.dir) / cfg.run_name()
     world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
+    loaded = load_latest(world, run_path) if cfg.checkpoint.resume else None
 
     ctx = HubContext(
         cfg=cfg,
@@ -106,7 +111,12 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
     hub = StarHub(Star(world.comm))
     agents_comm = world.comm.Split(MPI.UNDEFINED if world.rank == 0 else 1, world.rank)
     if world.rank == 0:
-        HUB_SERVERS[cfg.algorithm](ctx, hub).serve()
+        server = HUB_SERVERS[cfg.algorithm](ctx, hub)
+        ckpt, state = loaded or (None, None)
+        if ckpt is not None and state is not None:
+            server.load_state_dict(state["server"])
+        save = checkpointer(cfg, world, run_path, lambda: {"server": server.state_dict()})
+        server.serve(ckpt.epoch if ckpt is not None else 0, save)
         return None
     try:
         cls = HUB_AGENTS[cfg.algorithm]
@@ -114,6 +124,11 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
             cfg,
             _agent_world(world, agents_comm),
             make=lambda agent, nbr, rep: cls(agent, nbr, rep, hub, ctx),
+            job=world,
+            loaded=loaded,
         )
+    except UserErrorExit as exc:  # reported by agent 0; the server must not wait for it
+        world.comm.Abort(exc.code)
+        raise
     finally:
         agents_comm.Free()

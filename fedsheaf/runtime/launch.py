@@ -23,18 +23,27 @@ def run_decentralized(
     cfg: ExperimentConfig,
     world: World,
     make: Callable[..., DecentralizedAlgorithm] | None = None,
+    job: World | None = None,
+    loaded: Loaded | None = None,
 ) -> dict[str, Any] | None:
     """Run a graph-coupled algorithm with one agent per rank; rank 0 returns the summary.
 
     ``make(agent, nbr, reporter)`` builds the algorithm (default: the registry's entry
     for ``cfg.algorithm``; fedsheaf.runtime.hub passes one that also holds the server).
+    ``job`` is the set of ranks that write checkpoints (default ``world``; a hub run's
+    whole job, server included) and ``loaded`` what :func:`load_latest` already read
+    on it when resuming.
     """
+    job = job or world
     graph = world.agree(lambda: experiment.build_graph(cfg, world.size))
     ds, part = world.agree(lambda: experiment.load_and_partition(cfg))
     data = world.agree(lambda: experiment.agent_data(ds, part, world.rank, world.device))
     steps = experiment.steps_per_epoch(cfg, part)
     run_path = Path(cfg.output.dir) / cfg.run_name()
-    run_dir = world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
+    if job is world:
+        run_dir = world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
+    else:  # the job checked it (and may have written its server's checkpoints since)
+        run_dir = RunDir(run_path) if world.is_root else None
     if run_dir is not None:
         run_dir.write_config(dump_config(cfg))
     model = experiment.agent_model(cfg, ds, world.rank, world.device)
@@ -42,7 +51,11 @@ def run_decentralized(
     nbr = Neighbourhood(world.comm, graph.neighbours(world.rank))
     recorder = Recorder(world, run_dir, cfg.train.epochs)
     algo = (make or DECENTRALIZED[cfg.algorithm])(agent, nbr, recorder)
-    first_epoch = restore(world, run_path, algo, nbr, recorder) if cfg.checkpoint.resume else 0
+    first_epoch = 0
+    if cfg.checkpoint.resume:
+        first_epoch = restore(
+            world, run_path, algo, nbr, recorder, loaded or load_latest(job, run_path)
+        )
     world.log(
         f"fedsheaf: {cfg.algorithm} '{cfg.name}' on {graph.name} ({graph.n} agents, "
         f"{len(graph.edges)} edges), {ds.name} s={cfg.data.shift}, {cfg.train.epochs} "
@@ -51,7 +64,14 @@ def run_decentralized(
     if run_dir is not None:
         world.log(f"fedsheaf: writing {run_dir.path}")
     start = time.perf_counter()
-    algo.run(first_epoch, checkpointer(cfg, world, run_path, algo, nbr, recorder))
+
+    def state() -> dict[str, Any]:
+        out = {"algorithm": algo.state_dict(), "bytes_total": dict(nbr.bytes_total)}
+        if world.is_root:
+            out["history"] = recorder.history
+        return out
+
+    algo.run(first_epoch, checkpointer(cfg, job, run_path, state))
     elapsed = time.perf_counter() - start
     nbr.free()
     if not world.is_root or recorder.last is None:
@@ -88,22 +108,34 @@ def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
     return RunDir(path, cfg.output.overwrite)
 
 
+#: What resuming reads: the newest complete checkpoint and this rank's state in it.
+Loaded = tuple[checkpoint.Checkpoint | None, dict[str, Any] | None]
+
+
+def load_latest(job: World, run_path: Path) -> Loaded:
+    """Collectively on ``job``: find the newest complete checkpoint, read this rank's file."""
+    ckpt = job.bcast(
+        job.agree(lambda: checkpoint.latest(run_path, job.size) if job.is_root else None)
+    )
+    if ckpt is None:
+        return None, None
+    return ckpt, job.agree(lambda: checkpoint.load_rank(ckpt, job.rank))
+
+
 def restore(
     world: World,
     run_path: Path,
     algo: DecentralizedAlgorithm,
     nbr: Neighbourhood,
     recorder: Recorder,
+    loaded: Loaded,
 ) -> int:
-    """Load the newest complete checkpoint on every rank; returns the epochs already done."""
-    ckpt = world.bcast(
-        world.agree(lambda: checkpoint.latest(run_path, world.size) if world.is_root else None)
-    )
+    """Install the loaded checkpoint on every agent; returns the epochs already done."""
+    ckpt, state = loaded
     history: list[dict[str, Any]] = []
-    if ckpt is None:
+    if ckpt is None or state is None:
         world.log(f"fedsheaf: no complete checkpoint in {run_path}; starting from epoch 1")
     else:
-        state = world.agree(lambda: checkpoint.load_rank(ckpt, world.rank))
         world.agree(lambda: algo.load_state_dict(state["algorithm"]))
         nbr.bytes_total = dict(state["bytes_total"])
         history = state.get("history", [])
@@ -115,26 +147,19 @@ def restore(
 
 
 def checkpointer(
-    cfg: ExperimentConfig,
-    world: World,
-    run_path: Path,
-    algo: DecentralizedAlgorithm,
-    nbr: Neighbourhood,
-    recorder: Recorder,
+    cfg: ExperimentConfig, job: World, run_path: Path, state: Callable[[], dict[str, Any]]
 ) -> Callable[[int], None] | None:
-    """The after-epoch hook: every rank saves, then rank 0 commits the manifest."""
+    """The after-epoch (after-round) hook: every rank of ``job`` saves ``state()``, then
+    ``job``'s root commits the manifest once all files are on disk."""
     every, keep = cfg.checkpoint.every, cfg.checkpoint.keep
 
-    def save(epochs_done: int) -> None:
-        if not checkpoint.due(epochs_done, every):
+    def save(done: int) -> None:
+        if not checkpoint.due(done, every):
             return
-        state = {"algorithm": algo.state_dict(), "bytes_total": dict(nbr.bytes_total)}
-        if world.is_root:
-            state["history"] = recorder.history
-        checkpoint.save_rank(run_path, epochs_done, world.rank, state)
-        world.barrier()  # every rank's file is on disk before the manifest names it
-        if world.is_root:
-            checkpoint.commit(run_path, epochs_done, world.size, keep)
+        checkpoint.save_rank(run_path, done, job.rank, state())
+        job.barrier()  # every rank's file is on disk before the manifest names it
+        if job.is_root:
+            checkpoint.commit(run_path, done, job.size, keep)
 
     return save if every > 0 else None
 

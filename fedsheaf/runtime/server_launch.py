@@ -4,7 +4,9 @@ All ranks execute the same round loop (SPMD); the server's extra work is
 sampling, averaging and recording. One round::
 
     server samples clients S_t (seeded)          -> Bcast client ids
-    each rank trains its clients in S_t in turn  -> Gatherv their shared vectors
+    every rank places S_t on the workers         (the same placement everywhere)
+    each rank trains its placed clients in turn  -> Gatherv their shared vectors
+    [balanced: workers swap the new private states -> Iallgatherv among workers]
     server averages them (in client-id order)    -> Bcast the new shared vector
     every client evaluates on its local test set -> Gatherv (client, correct, total, loss)
 
@@ -12,12 +14,28 @@ After the last round, if the algorithm has a final schedule, every client runs
 it once (e.g. head fine-tuning, nothing uploaded) and is evaluated again.
 Averaging in client-id order makes results independent of the rank count.
 
+*Placement* (``federated.placement``). Client c's home is rank 1 + c mod W: it is
+evaluated, fine-tuned in the final round and checkpointed there. ``static``
+trains it there too, so an unlucky sample (4/3/2/1 clients on 4 workers) leaves
+the round to the busiest rank. ``balanced`` deals each round's sampled clients
+longest first (by training samples) to the least-loaded worker
+(:func:`~fedsheaf.algorithms.federated.protocol.balanced_placement`); for that
+every worker loads every client's data (derived from the seed, as the home
+ranks' are) and, after each round's training, the workers send each other the
+trained clients' new private parameters, so every worker holds every client's
+current state. The server learns the clients' sizes once before round 1. Both
+exchanges are counted under the kind ``placement``, outside ``bytes_up`` and
+``bytes_down`` (simulation plumbing, not federated traffic). A client's training
+depends only on (seed, client, round), the shared vector and its state, so both
+placements give bitwise the same results.
+
 Every ``checkpoint.every`` rounds each rank saves its state (the server: the
-shared vector, the history and its byte counters; a worker: its clients'
-private parameters) with :mod:`fedsheaf.checkpoint`'s protocol, and
-``checkpoint.resume`` continues from the newest complete checkpoint. Client
-sampling, batch order and augmentation derive from (seed, client, round), so no
-generator state needs saving.
+shared vector, the history, its byte counters and the task's server state, e.g.
+head-only FedAvg's Gram recursion; a worker: its home clients' private parameters)
+with :mod:`fedsheaf.checkpoint`'s protocol, and ``checkpoint.resume`` continues
+from the newest complete checkpoint. Client sampling, batch order and
+augmentation derive from (seed, client, round), so no generator state needs
+saving.
 
 What is trained and how it is scored comes from the algorithm's *task*
 (:mod:`fedsheaf.algorithms.federated.task`): data, model, local solver,
@@ -41,8 +59,11 @@ from fedsheaf import checkpoint
 from fedsheaf.algorithms.federated import FEDERATED
 from fedsheaf.algorithms.federated.protocol import (
     average,
+    client_rank,
     hosted_clients,
+    moves_clients,
     n_selected,
+    place_clients,
     rows_per_rank,
     sample_clients,
 )
@@ -51,9 +72,12 @@ from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.config import ExperimentConfig, dump_config
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import RunDir
-from fedsheaf.runtime.launch import open_run_dir
+from fedsheaf.runtime.launch import checkpointer, load_latest, open_run_dir
 from fedsheaf.runtime.star import Star
 from fedsheaf.runtime.world import World
+
+#: Byte-counter kind of the runtime's own exchanges (placement), kept out of bytes_up/down.
+PLUMBING = "placement"
 
 
 def _mb(n: float) -> str:
@@ -73,7 +97,10 @@ class Rounds:
     ) -> None:
         self.cfg, self.fc = cfg, cfg.federated
         self.star, self.runner, self.run_dir, self.task = star, runner, run_dir, task
-        self.hosted = sorted(runner.clients)
+        self.home = hosted_clients(star.rank, self.fc.clients, star.n_workers)
+        self.moves = moves_clients(self.fc.placement, star.n_workers, self.fc.clients)
+        self.replicates = self.moves and runner.private_size > 0
+        self.work: np.ndarray | None = None  # every client's training samples (balanced)
         self.size = runner.shared.size
         self.history: list[dict[str, Any]] = []
         self.w: np.ndarray | None = None  # the shared vector after the rounds done so far
@@ -85,7 +112,11 @@ class Rounds:
         """This rank's state after ``rounds_done`` rounds (for fedsheaf.checkpoint)."""
         state: dict[str, Any] = {"runner": self.runner.state_dict(), "bytes": dict(self.star.bytes)}
         if self.star.is_server and self.w is not None:
-            state.update(w=torch.from_numpy(self.w.copy()), history=self.history)
+            state.update(
+                w=torch.from_numpy(self.w.copy()),
+                history=self.history,
+                task=self.task.server_state(),
+            )
         return state
 
     def load_state_dict(self, state: dict[str, Any], rounds_done: int) -> None:
@@ -110,7 +141,13 @@ class Rounds:
         state, server = self._resumed, self.star.is_server
         assert state is not None
         w = self.star.bcast(state["w"].numpy().astype(w.dtype) if server else w, "params")
+        if self.replicates:  # each worker restored its home clients: share them
+            self._share_states(
+                {c: client_rank(c, self.star.n_workers) for c in range(self.fc.clients)}
+            )
         self.star.bytes = Counter(state["bytes"])
+        if server:
+            self.task.load_server_state(state.get("task", {}))
         self._resumed = None
         return w
 
@@ -122,6 +159,7 @@ class Rounds:
         init = self.runner.shared.flatten(self.runner.model)
         w = star.bcast(init, "params")  # everyone starts from the server's parameters
         self._setup(w)
+        self._placement_setup()
         if self._resumed is not None:
             w = self._resume(w)
         for t in range(self.rounds_done, fc.rounds):
@@ -132,18 +170,23 @@ class Rounds:
                 else np.empty(n_selected(fc.clients, fc.fraction), dtype=np.int64),
                 "control",
             )
-            mine = [int(c) for c in sel if int(c) in self.runner.clients]
+            where = self._place(sel)
+            mine = [int(c) for c in sel if where[int(c)] == star.rank]
             updates = [self.runner.local_update(c, w, t) for c in mine]
             info = self._info(mine, [loss for _, loss in updates])
-            counts = rows_per_rank(sel, star.n_workers) if server else None
+            counts = rows_per_rank(sel, star.n_workers, where) if server else None
             got_info = star.gather(info, "control", counts)
             extra: dict[str, Any] = {}
             if self.size:
                 vecs = np.stack([v for v, _ in updates]) if updates else self._no_rows()
                 got = star.gather(vecs, "params", counts)
+                if self.replicates:  # the workers, while the server averages
+                    self._share_states(where)
                 w_new = self._aggregate(got, got_info) if server else None
                 extra = self._server_round(t, w, got, got_info, w_new) if server else {}
                 w = star.bcast(w_new if server else np.empty_like(w), "params")
+            elif self.replicates:
+                self._share_states(where)
             trained = time.perf_counter() - start
             record: dict[str, Any] = {"round": t + 1, "final": False}
             if self._evaluates(t):
@@ -162,10 +205,10 @@ class Rounds:
     def _final_round(self, w: np.ndarray) -> None:
         start = time.perf_counter()
         r = self.fc.rounds
-        losses = [self.runner.final_update(c, w, r) for c in self.hosted]
+        losses = [self.runner.final_update(c, w, r) for c in self.home]
         counts = rows_per_rank(range(self.fc.clients), self.star.n_workers)
         got_info = self.star.gather(
-            self._info(self.hosted, losses), "control", counts if self.star.is_server else None
+            self._info(self.home, losses), "control", counts if self.star.is_server else None
         )
         trained = time.perf_counter() - start
         record: dict[str, Any] = {"round": r + 1, "final": True}
@@ -186,6 +229,44 @@ class Rounds:
         reply = task.server_setup(got, w0) if got is not None else None
         reply = star.bcast(reply if reply is not None else np.empty(task.setup_reply_size), "setup")
         task.receive_setup(self.runner, reply)
+
+    def _placement_setup(self) -> None:
+        """Balanced placement: the server learns every client's size (one Gatherv of
+        ``[client, n_train]`` from the home ranks); the workers know them already."""
+        if not self.moves:
+            return
+        star, n = self.star, self.fc.clients
+        if self.replicates:
+            star.open_worker_group()
+        rows = np.asarray(
+            [[c, self.runner.clients[c].n_train] for c in self.home], dtype=np.float64
+        ).reshape(-1, 2)
+        counts = rows_per_rank(range(n), star.n_workers)
+        got = star.gather(rows, PLUMBING, counts if star.is_server else None)
+        if got is not None:
+            self.work = np.zeros(n)
+            self.work[got[:, 0].astype(np.int64)] = got[:, 1]
+        else:
+            self.work = np.asarray([self.runner.clients[c].n_train for c in range(n)], float)
+
+    def _place(self, sel: np.ndarray) -> dict[int, int]:
+        """Client -> the rank that trains it this round (the same on every rank)."""
+        if not self.moves:
+            return place_clients(sel, self.star.n_workers, "static")
+        return place_clients(sel, self.star.n_workers, "balanced", self.work)
+
+    def _share_states(self, where: dict[int, int]) -> None:
+        """Every worker gets the private state of each client in ``where`` from the
+        rank ``where`` names (rows in rank order, client-id order within a rank)."""
+        star, runner = self.star, self.runner
+        by_rank = [sorted(c for c, r in where.items() if r == rank) for rank in range(star.size)]
+        rows = runner.private_rows(by_rank[star.rank])
+        got = star.allgather_workers(rows, PLUMBING, [len(cs) for cs in by_rank])
+        if got is None:
+            return
+        order = [c for cs in by_rank for c in cs]
+        others = [i for i, c in enumerate(order) if where[c] != star.rank]
+        runner.load_private_rows([order[i] for i in others], got[others])
 
     def _server_round(
         self, t: int, w: np.ndarray, vecs: np.ndarray, info: np.ndarray, w_new: np.ndarray
@@ -213,7 +294,7 @@ class Rounds:
         return (t + 1) % fc.eval_every == 0 or t >= fc.rounds - fc.eval_last
 
     def _evaluate(self, w: np.ndarray) -> dict[str, Any] | None:
-        rows = [[c, *self.task.evaluate(self.runner, c, w)] for c in self.hosted]
+        rows = [[c, *self.task.evaluate(self.runner, c, w)] for c in self.home]
         mine = np.asarray(rows, dtype=np.float64).reshape(-1, 1 + self.task.eval_width)
         counts = rows_per_rank(range(self.fc.clients), self.star.n_workers)
         got = self.star.gather(mine, "metrics", counts if self.star.is_server else None)
@@ -223,12 +304,13 @@ class Rounds:
         self, record: dict[str, Any], info: np.ndarray, start: float, trained: float
     ) -> None:
         by_kind = self.star.take_bytes()
+        federated = {k: v for k, v in by_kind.items() if not k.startswith(PLUMBING)}
         record.update(
             loss=float(np.nanmean(info[:, 2])) if info.shape[0] else float("nan"),
             seconds=time.perf_counter() - start,
             train_seconds=trained,
-            bytes_up=sum(v for k, v in by_kind.items() if k.endswith("_up")),
-            bytes_down=sum(v for k, v in by_kind.items() if k.endswith("_down")),
+            bytes_up=sum(v for k, v in federated.items() if k.endswith("_up")),
+            bytes_down=sum(v for k, v in federated.items() if k.endswith("_down")),
             bytes=by_kind,
         )
         if self.run_dir is not None:
@@ -250,18 +332,18 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     task = algorithm.make_task(cfg)
     world.agree(lambda: task.check(world.size))
     star = Star(world.comm)
-    mine = hosted_clients(world.rank, fc.clients, star.n_workers)
-    device = torch.device("cpu") if world.is_root else world.device
-    data = world.agree(lambda: task.load_clients(mine, device))
+    runner = build_runner(cfg, world, task, star)
     run_path = Path(cfg.output.dir) / cfg.run_name()
     run_dir = world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
     if run_dir is not None:
         run_dir.write_config(dump_config(cfg))
-    runner = task.make_runner(task.build_model(), data, device)
     per_rank = -(-fc.clients // star.n_workers)
+    moves = moves_clients(fc.placement, star.n_workers, fc.clients)
+    placed = "balanced placement (every worker holds every client)" if moves else "static placement"
     world.log(
         f"fedsheaf: {cfg.algorithm} '{cfg.name}': {fc.clients} clients on {star.n_workers} "
         f"worker rank{'s' if star.n_workers > 1 else ''} (up to {per_rank} per rank), "
+        f"{placed}, "
         f"{task.describe()}, "
         f"{n_selected(fc.clients, fc.fraction)} clients per round, {fc.rounds} rounds; "
         f"{algorithm.describe()}; {runner.shared.size} shared parameters "
@@ -273,7 +355,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     rounds = Rounds(cfg, star, runner, run_dir, task)
     if cfg.checkpoint.resume:
         restore(world, run_path, rounds)
-    history = rounds.run(checkpointer(cfg, world, run_path, rounds))
+    history = rounds.run(checkpointer(cfg, world, run_path, rounds.state_dict))
     elapsed = time.perf_counter() - start
     if not world.is_root or run_dir is None:
         return None
@@ -283,6 +365,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         "seed": cfg.seed,
         "n_clients": fc.clients,
         "n_workers": star.n_workers,
+        "placement": "balanced" if moves else "static",  # what ran (see moves_clients)
         "shared": algorithm.shared,
         "shared_params": runner.shared.size,
         "schedule": algorithm.describe(),
@@ -297,33 +380,30 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     return summary
 
 
+def build_runner(cfg: ExperimentConfig, world: World, task: Task, star: Star) -> ClientRunner:
+    """This rank's clients' data, on its device, and the runner that trains them.
+
+    A worker loads its home clients, or every client when the placement may move
+    clients (balanced, ``1 < W < clients``); the server loads none.
+    """
+    fc = cfg.federated
+    home = hosted_clients(world.rank, fc.clients, star.n_workers)
+    moves = moves_clients(fc.placement, star.n_workers, fc.clients)
+    load = list(range(fc.clients)) if moves and not world.is_root else home
+    device = torch.device("cpu") if world.is_root else world.device
+    data = world.agree(lambda: task.load_clients(load, device))
+    runner = task.make_runner(task.build_model(), data, device)
+    runner.home = home
+    return runner
+
+
 def restore(world: World, run_path: Path, rounds: Rounds) -> None:
     """Load the newest complete checkpoint on every rank and cut metrics.jsonl to it."""
-    ckpt = world.bcast(
-        world.agree(lambda: checkpoint.latest(run_path, world.size) if world.is_root else None)
-    )
-    if ckpt is None:
+    ckpt, state = load_latest(world, run_path)
+    if ckpt is None or state is None:
         world.log(f"fedsheaf: no complete checkpoint in {run_path}; starting from round 1")
     else:
-        state = world.agree(lambda: checkpoint.load_rank(ckpt, world.rank))
         world.agree(lambda: rounds.load_state_dict(state, ckpt.epoch))
         world.log(f"fedsheaf: resuming {run_path} after round {ckpt.epoch}")
     if world.is_root:  # records of rounds after the checkpoint are written again
         checkpoint.rewrite_metrics(run_path / "metrics.jsonl", rounds.history)
-
-
-def checkpointer(
-    cfg: ExperimentConfig, world: World, run_path: Path, rounds: Rounds
-) -> Callable[[int], None] | None:
-    """The after-round hook: every rank saves, then rank 0 commits the manifest."""
-    every, keep = cfg.checkpoint.every, cfg.checkpoint.keep
-
-    def save(rounds_done: int) -> None:
-        if not checkpoint.due(rounds_done, every):
-            return
-        checkpoint.save_rank(run_path, rounds_done, world.rank, rounds.state_dict())
-        world.barrier()  # every rank's file is on disk before the manifest names it
-        if world.is_root:
-            checkpoint.commit(run_path, rounds_done, world.size, keep)
-
-    return save if every > 0 else None

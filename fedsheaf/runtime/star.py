@@ -2,14 +2,18 @@
 
 Rank 0 is the server; ranks 1..W host the clients. Everything moves as
 contiguous numpy buffers (float32 parameter vectors, int64 client ids, float64
-reports) through ``Ibcast`` and ``Igatherv``, never as pickles. Waiting ranks
+reports) through ``Ibcast`` and ``Igatherv``, never as pickles. The workers can
+also share rows among themselves (``Iallgatherv`` on a workers-only
+communicator; the server takes no part): the runtime's own plumbing, e.g.
+private client state that follows a client to another worker. Waiting ranks
 poll the request and sleep between polls, so a server waiting for minutes of
 client training, or a worker waiting for slower workers, does not spin a core
 (important when ranks outnumber cores).
 
 Byte counters are kept on every rank from its own point of view; the server's
 are the interesting ones: ``<kind>_down`` counts a broadcast once per receiving
-rank, ``<kind>_up`` the bytes gathered.
+rank, ``<kind>_up`` the bytes gathered, ``<kind>_between_workers`` what the
+workers received from each other.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class Star:
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.poll_max = poll_max
         self.bytes: Counter[str] = Counter()
+        self._workers: MPI.Comm | None = None
 
     @property
     def is_server(self) -> bool:
@@ -95,6 +100,50 @@ class Star:
         send = np.empty((0, width), dtype=rows.dtype)
         self._wait(self.comm.Igatherv([send, dtype], [out, (elems, displs), dtype], root=SERVER))
         self.bytes[f"{kind}_up"] += out.nbytes
+        return out
+
+    def open_worker_group(self) -> None:
+        """Make the workers-only communicator :meth:`allgather_workers` uses.
+
+        Collective over every rank (the server included); a second call does nothing.
+        """
+        if self._workers is None:
+            color = MPI.UNDEFINED if self.is_server else 0
+            self._workers = self.comm.Split(color, key=self.rank)
+
+    def allgather_workers(
+        self, rows: np.ndarray, kind: str, counts: Sequence[int]
+    ) -> np.ndarray | None:
+        """Every worker's ``rows`` (k_r × width) to every worker, in rank order.
+
+        Every rank passes ``counts`` (rows held by each rank 0..W; the server's
+        must be 0) and a 2-D ``rows`` of the common width and dtype. Workers get
+        the ``(sum(counts), width)`` array; the server only counts the bytes the
+        workers received from each other and gets None. Needs
+        :meth:`open_worker_group` first.
+        """
+        if self._workers is None:
+            raise RuntimeError("allgather_workers needs open_worker_group first")
+        rows = np.ascontiguousarray(rows)
+        if rows.ndim != 2:
+            raise ValueError(f"allgather_workers sends 2-D row blocks, got shape {rows.shape}")
+        if len(counts) != self.size or counts[SERVER] != 0:
+            raise ValueError(f"pass {self.size} row counts, the server's 0")
+        width, total = rows.shape[1], int(sum(counts))
+        row_bytes = width * rows.dtype.itemsize
+        if self.is_server:
+            self.bytes[f"{kind}_between_workers"] += sum(
+                (total - int(c)) * row_bytes for c in counts[1:]
+            )
+            return None
+        if rows.shape[0] != counts[self.rank]:
+            raise ValueError(f"rank {self.rank} holds {rows.shape[0]} rows, counts say {counts}")
+        elems = [int(c) * width for c in counts[1:]]
+        displs = np.concatenate([[0], np.cumsum(elems)[:-1]]).astype(int).tolist()
+        out = np.empty((total, width), dtype=rows.dtype)
+        dtype = from_numpy_dtype(rows.dtype)
+        self._wait(self._workers.Iallgatherv([rows, dtype], [out, (elems, displs), dtype]))
+        self.bytes[f"{kind}_received"] += out.nbytes - rows.nbytes
         return out
 
     def take_bytes(self) -> dict[str, int]:

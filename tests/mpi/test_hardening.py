@@ -194,6 +194,6 @@ def test_real_processes_without_mpiexec(tmp_path):
     # the same singleton trains a one-agent run, checkpointing every epoch
     proc = _cli("run", good, "train.epochs=2", "checkpoint.every=1")
     assert proc.returncode == 0, proc.stderr
-    run = tmp_path / "runs" / "good-seed0"
+    run = tmp_path / "runs" / "good-sheaf_frl-seed0"
     assert json.loads((run / "summary.json").read_text())["n_agents"] == 1
     assert json.loads((run / "checkpoints" / "latest.json").read_text())["epochs"] == [1, 2]

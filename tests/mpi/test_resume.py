@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fedsheaf.results import read_metrics
-from tests.conftest import MPIEXEC, REPO, mpi_command, mpi_env, run_mpi
+from tests.conftest import MPIEXEC, REPO, mpi_command, mpi_env, run_mpi, untimed
 
 pytestmark = pytest.mark.mpi
 EPOCHS = 30
@@ -28,16 +28,6 @@ def _manifest_epoch(run: Path) -> int:
         return json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"]
     except (OSError, ValueError, KeyError):
         return 0
-
-
-def _without_seconds(obj):
-    if isinstance(obj, dict):
-        return {
-            k: _without_seconds(v) for k, v in obj.items() if k not in ("seconds", "wall_seconds")
-        }
-    if isinstance(obj, list):
-        return [_without_seconds(v) for v in obj]
-    return obj
 
 
 def test_killed_run_resumes_to_the_same_numbers(tmp_path):
@@ -82,8 +72,8 @@ def test_killed_run_resumes_to_the_same_numbers(tmp_path):
     reference = read_metrics(tmp_path / "ref" / "metrics.jsonl")
     resumed = read_metrics(cut_dir / "metrics.jsonl")
     assert [r["epoch"] for r in resumed] == list(range(1, EPOCHS + 1))
-    assert _without_seconds(resumed) == _without_seconds(reference)
+    assert untimed(resumed) == untimed(reference)
     summaries = [json.loads((d / "summary.json").read_text()) for d in (tmp_path / "ref", cut_dir)]
-    assert _without_seconds(summaries[0]) == _without_seconds(summaries[1])
+    assert untimed(summaries[0]) == untimed(summaries[1])
     kept = sorted(p.name for p in (cut_dir / "checkpoints").glob("epoch-*"))
     assert kept == [f"epoch-{EPOCHS - 1:04d}", f"epoch-{EPOCHS:04d}"]

@@ -1,4 +1,7 @@
-"""Checkpoint/resume of a server-based run (FedRep) on real ranks: bitwise equal results.
+"""Checkpoint/resume of server-based runs on real ranks: bitwise equal results.
+
+Two runs of the family are checked: FedRep (private heads on the workers) and
+head-only FedAvg (the server also carries the Gram recursion across rounds).
 
 A reference run without checkpoints and a run checkpointing every 3 rounds start
 together. The second is then turned into what a job killed during round 5 leaves
@@ -18,15 +21,14 @@ import yaml
 
 from fedsheaf import checkpoint
 from fedsheaf.results import read_metrics
-from tests.conftest import MPIEXEC, REPO, mpi_command, mpi_env, run_mpi
+from tests.conftest import MPIEXEC, REPO, mpi_command, mpi_env, run_mpi, untimed
 
 pytestmark = pytest.mark.mpi
 ROUNDS, CUT, NP = 6, 3, 3
-TIMING = ("seconds", "train_seconds", "wall_seconds")
 
 
-def _config(tmp_path, root):
-    cfg = {
+def _fedrep(root):
+    return {
         "name": "resume",
         "algorithm": "fedrep",
         "seed": 3,
@@ -44,25 +46,45 @@ def _config(tmp_path, root):
             "finetune_epochs": 1,
             "eval_every": 1,
         },
-        "output": {"dir": str(tmp_path / "runs")},
     }
+
+
+def _head_fedavg(root):
+    return {
+        "name": "resume",
+        "algorithm": "head_fedavg",
+        "seed": 1,
+        "federated": {
+            "clients": 4,
+            "rounds": ROUNDS,
+            "fraction": 0.5,
+            "local_epochs": 3,
+            "eval_every": 1,
+        },
+        "train": {"optimizer": "adam", "lr": 0.01, "weight_decay": 0.0, "batch_size": 32},
+        "head": {
+            "data": "diabetes3",
+            "backbone": [8],
+            "features": 4,
+            "rho": 1.0e-3,
+            "align": True,
+            "moment_gamma": 0.5,
+        },
+    }
+
+
+def _config(tmp_path, cfg):
+    cfg["output"] = {"dir": str(tmp_path / "runs")}
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
 
 
-def _untimed(obj):
-    if isinstance(obj, dict):
-        return {k: _untimed(v) for k, v in obj.items() if k not in TIMING}
-    if isinstance(obj, list):
-        return [_untimed(v) for v in obj]
-    return obj
-
-
-def test_resumed_fedrep_run_matches_an_uninterrupted_one(tmp_path, fmnist_root):
+@pytest.mark.parametrize("make", [_fedrep, _head_fedavg], ids=["fedrep", "head_fedavg"])
+def test_resumed_server_run_matches_an_uninterrupted_one(tmp_path, fmnist_root, make):
     if not MPIEXEC.exists():
         pytest.skip(f"mpiexec not found at {MPIEXEC}")
-    cfg = _config(tmp_path, fmnist_root)
+    cfg = _config(tmp_path, make(fmnist_root))
     runs = tmp_path / "runs"
 
     def start(*overrides: str) -> subprocess.Popen[str]:
@@ -85,10 +107,11 @@ def test_resumed_fedrep_run_matches_an_uninterrupted_one(tmp_path, fmnist_root):
         assert proc.returncode == 0, err
     ref, cut = runs / "ref", runs / "cut"
     assert not (ref / "checkpoints").exists()
-    reference = _untimed(read_metrics(ref / "metrics.jsonl"))
-    ref_summary = _untimed(json.loads((ref / "summary.json").read_text()))
-    assert _untimed(read_metrics(cut / "metrics.jsonl")) == reference  # saving changes nothing
-    assert [r["round"] for r in reference] == list(range(1, ROUNDS + 2))
+    reference = untimed(read_metrics(ref / "metrics.jsonl"))
+    ref_summary = untimed(json.loads((ref / "summary.json").read_text()))
+    assert untimed(read_metrics(cut / "metrics.jsonl")) == reference  # saving changes nothing
+    final_round = int(reference[-1]["final"])  # FedRep's head round after the last one
+    assert [r["round"] for r in reference] == list(range(1, ROUNDS + 1 + final_round))
 
     # what a kill during round 5 leaves: round 3 committed, round 6 files not yet named
     (cut / "summary.json").unlink()
@@ -100,7 +123,7 @@ def test_resumed_fedrep_run_matches_an_uninterrupted_one(tmp_path, fmnist_root):
     assert proc.returncode == 0, proc.stderr
     assert f"resuming {cut} after round {CUT}" in proc.stdout
     assert "round    1/" not in proc.stdout and f"round    {CUT + 1}/{ROUNDS}" in proc.stdout
-    assert _untimed(read_metrics(cut / "metrics.jsonl")) == reference
-    assert _untimed(json.loads((cut / "summary.json").read_text())) == ref_summary
+    assert untimed(read_metrics(cut / "metrics.jsonl")) == reference
+    assert untimed(json.loads((cut / "summary.json").read_text())) == ref_summary
     kept = sorted(p.name for p in checkpoint.checkpoints_dir(cut).glob("epoch-*"))
     assert kept == [f"epoch-{CUT:04d}", f"epoch-{ROUNDS:04d}"]

@@ -81,7 +81,8 @@ def _pair_files(tmp_path: Path, dims, algorithm):
 def test_small_meshes(mpirun, tmp_path, n, dims, algorithm):
     proc = _run(mpirun, n, _pair_files(tmp_path, dims, algorithm), tmp_path / "runs")
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads((tmp_path / "runs" / "pair-seed0" / "summary.json").read_text())
+    run = tmp_path / "runs" / f"pair-{algorithm}-seed0"
+    summary = json.loads((run / "summary.json").read_text())
     assert summary["n_agents"] == n
     if n == 1:
         assert summary["comm_acc"] is None and summary["agents"][0]["degree"] == 0

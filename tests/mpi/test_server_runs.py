@@ -5,7 +5,9 @@ One tiny FedRep configuration (FashionMNIST, first 2,000 images of each split,
 np=4 (three workers hosting 4/3/3). Because the server averages in client-id
 order and every random choice is keyed by (seed, client, round), the two runs
 must produce identical metrics -- which also shows that the same config and
-seed give the same metrics twice.
+seed give the same metrics twice. The np=4 runs use balanced placement (the
+default: sampled clients move to the least-loaded worker, their private heads
+follow them); static placement must give the same metrics.
 """
 
 import json
@@ -13,12 +15,14 @@ import json
 import pytest
 import yaml
 
+from fedsheaf.algorithms.federated.protocol import place_clients
 from fedsheaf.results import read_metrics
 
 pytestmark = pytest.mark.mpi
 CLIENTS, ROUNDS, SELECTED = 10, 3, 3
 SHARED_BODY = 234_872  # FedRep CNN on 28x28 inputs, all but fc3
-ALL = SHARED_BODY + 650
+HEAD = 650
+ALL = SHARED_BODY + HEAD
 
 
 def _config(tmp_path, root, **federated):
@@ -69,15 +73,22 @@ def _comparable(records):
 
 def test_fedrep_results_do_not_depend_on_the_rank_count(mpirun, tmp_path, fmnist_root):
     cfg = _config(tmp_path, fmnist_root)
-    procs = {n: _run(mpirun, n, cfg, f"output.name=np{n}") for n in (2, 4)}
+    procs: dict = {n: _run(mpirun, n, cfg, f"output.name=np{n}") for n in (2, 4)}
+    procs["static"] = _run(mpirun, 4, cfg, "output.name=static", "federated.placement=static")
     for proc in procs.values():
         assert proc.returncode == 0, proc.stderr
     out = procs[4].stdout
     assert "10 clients on 3 worker ranks (up to 4 per rank)" in out
     assert "10 clients on 1 worker rank (up to 10 per rank)" in procs[2].stdout
+    assert "balanced placement (every worker holds every client)" in out
+    assert "static placement" in procs["static"].stdout and "static placement" in procs[2].stdout
     assert out.count("round    1/3") == 1 and out.count("final round  loss") == 1  # rank 0 logs
-    m2, m4 = (read_metrics(tmp_path / "runs" / f"np{n}" / "metrics.jsonl") for n in (2, 4))
+    m2, m4, ms = (
+        read_metrics(tmp_path / "runs" / name / "metrics.jsonl")
+        for name in ("np2", "np4", "static")
+    )
     assert _comparable(m2) == _comparable(m4)
+    _check_placements_agree(m4, ms)
     assert [r["round"] for r in m4] == [1, 2, 3, 4] and [r["final"] for r in m4][-1]
     assert "acc" not in m4[0] and all("acc" in r for r in m4[1:])  # eval_every=2, eval_last=2
     for r in m4[:ROUNDS]:
@@ -96,6 +107,26 @@ def test_fedrep_results_do_not_depend_on_the_rank_count(mpirun, tmp_path, fmnist
     assert 0.0 <= summary["score"] <= 1.0
     resolved = yaml.safe_load((tmp_path / "runs" / "np4" / "config.yaml").read_text())
     assert resolved["federated"]["clients"] == CLIENTS and resolved["algorithm"] == "fedrep"
+
+
+def _check_placements_agree(balanced, static):
+    """Balanced and static placement at np=4 (3 workers): the same run, bit for bit;
+    only the byte counters differ, by the placement exchanges (not in bytes_up/down)."""
+    assert _comparable(balanced) == _comparable(static)
+    for b, s in zip(balanced, static, strict=True):
+        assert (b["bytes_up"], b["bytes_down"]) == (s["bytes_up"], s["bytes_down"])
+        plumbing = {k: v for k, v in b["bytes"].items() if k.startswith("placement")}
+        assert {k: v for k, v in b["bytes"].items() if k not in plumbing} == s["bytes"]
+        assert not any(k.startswith("placement") for k in s["bytes"])
+        if not b["final"]:  # each of 3 workers receives the heads the other two trained
+            assert plumbing["placement_between_workers"] == 2 * SELECTED * HEAD * 4
+    assert balanced[0]["bytes"]["placement_up"] == CLIENTS * 2 * 8  # [client, n_train], once
+    moved = [  # the test means something: some sampled client trained away from home
+        place_clients(r["selected"], 3, "balanced", [40] * CLIENTS)
+        != place_clients(r["selected"], 3, "static")
+        for r in balanced[:ROUNDS]
+    ]
+    assert any(moved)
 
 
 def test_fedavg_ft_is_fedavg_plus_a_final_head_round(mpirun, tmp_path, fmnist_root):

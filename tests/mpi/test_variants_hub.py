@@ -1,7 +1,9 @@
 """FedProto and FedMuscle on real ranks: three agents on a graph plus a server rank.
 
-One launch (4 ranks) runs both through ``fedsheaf.runtime.hub.run_hub``; a second,
-short one checks the error for a job without the server rank.
+One launch (4 ranks) runs both through ``fedsheaf.runtime.hub.run_hub``, each once
+straight through and once checkpointing after every epoch, killed (as far as its
+files tell) in epoch 2 and resumed: the resumed run must end bitwise equal. A
+second, short launch checks the error for a job without the server rank.
 Run as a script under mpiexec it is the worker.
 """
 
@@ -16,10 +18,11 @@ import yaml
 
 pytestmark = pytest.mark.mpi
 
-D, K, STEPS, CLASSES = 16, 12, 2, 10
+D, K, STEPS, CLASSES, EPOCHS, CUT = 16, 12, 2, 10, 3, 1
 
 
 def worker(workdir: Path) -> None:
+    from fedsheaf import checkpoint
     from fedsheaf.config import load_config
     from fedsheaf.runtime.hub import run_hub
     from fedsheaf.runtime.world import init_world
@@ -38,6 +41,15 @@ def worker(workdir: Path) -> None:
         summary = run_hub(cfg, world)
         if world.rank == 1:  # agent 0 writes the run directory and holds the summary
             out[name] = summary
+        cut = [*overrides, f"output.name={name}-cut", "checkpoint.every=1", "checkpoint.keep=3"]
+        run_hub(load_config(workdir / "hub.yaml", cut), world)
+        run = workdir / "runs" / f"{name}-cut"
+        world.barrier()  # agent 0 has written the summary
+        if world.rank == 0:  # what a kill in epoch 2 leaves: epoch 1 committed, no summary
+            (run / "summary.json").unlink()
+            checkpoint.commit(run, CUT, world.size)
+        world.barrier()
+        run_hub(load_config(workdir / "hub.yaml", [*cut, "checkpoint.resume=true"]), world)
     if world.rank == 1:
         (workdir / "results.json").write_text(json.dumps(out, default=float))
     world.barrier()
@@ -55,7 +67,7 @@ def _write(workdir: Path) -> Path:
         "graph": str(workdir / "g.yaml"),
         "data": {"dataset": "digits", "shift": 0.5},
         "agents": [{"encoder": [8, D], "head": [16], "classes": c} for c in classes],
-        "train": {"epochs": 2, "steps_per_epoch": STEPS, "batch_size": 32, "lr": 0.05},
+        "train": {"epochs": EPOCHS, "steps_per_epoch": STEPS, "batch_size": 32, "lr": 0.05},
         "sheaf": {"lam": 0.5, "pilot_batch": K},
         "checkpoint": {"every": 0},
         "output": {"dir": str(workdir / "runs")},
@@ -64,8 +76,10 @@ def _write(workdir: Path) -> Path:
     return workdir / "hub.yaml"
 
 
-def test_fedproto_and_fedmuscle_with_a_server_rank(tmp_path):
-    from tests.conftest import run_mpi
+def test_fedproto_and_fedmuscle_with_a_server_rank_and_resume(tmp_path):
+    from fedsheaf import checkpoint
+    from fedsheaf.results import read_metrics
+    from tests.conftest import run_mpi, untimed
 
     _write(tmp_path)
     proc = run_mpi(4, [str(Path(__file__).resolve()), str(tmp_path)], timeout=300)
@@ -74,12 +88,35 @@ def test_fedproto_and_fedmuscle_with_a_server_rank(tmp_path):
     for name in ("fedproto", "fedmuscle"):
         s = res[name]
         assert len(s["agents"]) == 3 and 0 <= s["comm_acc"] <= 1 and 0 <= s["private_acc"] <= 1
-        assert (tmp_path / "runs" / name / "summary.json").is_file()
+        ref, cut = tmp_path / "runs" / name, tmp_path / "runs" / f"{name}-cut"
+        assert f"resuming {cut} after epoch {CUT}" in proc.stdout
+        assert [r["epoch"] for r in read_metrics(cut / "metrics.jsonl")] == [1, 2, 3]
+        assert untimed(read_metrics(cut / "metrics.jsonl")) == untimed(
+            read_metrics(ref / "metrics.jsonl")
+        )
+        cut_summary = json.loads((cut / "summary.json").read_text())
+        assert untimed(cut_summary) == untimed(json.loads((ref / "summary.json").read_text()))
+        assert sorted(p.name for p in checkpoint.checkpoints_dir(cut).glob("epoch-*")) == [
+            f"epoch-{e:04d}" for e in range(1, EPOCHS + 1)
+        ]
+        assert {p.name for p in checkpoint.epoch_dir(cut, EPOCHS).iterdir()} == {
+            f"rank-{r}.pt"
+            for r in range(4)  # the server's file and one per agent
+        }
+    # a checkpoint that does not fit the model: one message, exit 2, the server does not hang
+    fedproto = tmp_path / "runs" / "fedproto-cut"
+    (fedproto / "summary.json").unlink()
+    bad = ["-m", "fedsheaf", "run", "--resume", str(fedproto), "agents[0].encoder=[12,16]"]
+    proc = run_mpi(4, bad, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.count("checkpoint does not fit this model/config") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert checkpoint.latest(fedproto, 4).epoch == EPOCHS  # left as it was
     # per agent: class sums + counts (C x (D+1) float32) once per epoch
     assert all(
-        a["server_bytes_sent"] == 2 * CLASSES * (D + 1) * 4 for a in res["fedproto"]["agents"]
+        a["server_bytes_sent"] == EPOCHS * CLASSES * (D + 1) * 4 for a in res["fedproto"]["agents"]
     )
-    # FedMuscle: epoch 1 is task-only, epoch 2 aligns: K x D pilot latents per step
+    # FedMuscle: epochs 1 and 3 are task-only, epoch 2 aligns: K x D pilot latents per step
     assert all(a["server_bytes_sent"] == STEPS * K * D * 4 for a in res["fedmuscle"]["agents"])
 
 

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from fedsheaf.config import (
+    ALGORITHMS,
     ExperimentConfig,
     apply_overrides,
     dump_config,
@@ -125,12 +126,13 @@ def test_bad_values_name_the_key(override, message):
     assert str(err.value).startswith(f"{QUICK}: ")
 
 
-def test_resume_excludes_overwrite_and_server_algorithms():
+def test_resume_excludes_overwrite_and_every_algorithm_can_resume():
     with pytest.raises(ConfigError, match="'checkpoint.resume' and 'output.overwrite'"):
         load_config(QUICK, ["checkpoint.resume=true", "output.overwrite=true"])
-    for algorithm in ("head_fedavg", "fedproto"):
-        with pytest.raises(ConfigError, match=f"algorithm {algorithm} cannot resume"):
-            load_config(QUICK, [f"algorithm={algorithm}", "checkpoint.resume=true"])
+    pair = REPO / "configs/pair.yaml"  # equal latent sizes, as FedProto/FedMuscle need
+    for algorithm in ALGORITHMS:
+        cfg = load_config(pair, [f"algorithm={algorithm}", "checkpoint.resume=true"])
+        assert cfg.checkpoint.resume is True
 
 
 @pytest.mark.parametrize(
@@ -194,3 +196,13 @@ def test_single_word_overrides_resolve_to_their_only_section():
     assert (cfg.federated.rounds, cfg.train.epochs, cfg.train.lr) == (3, 4, 0.5)
     with pytest.raises(ConfigError, match="unknown config key 'dropout'"):
         load_config("configs/quickstart.yaml", ["dropout=0.2"])  # per agent, not a section key
+
+
+def test_default_run_name_separates_algorithms_and_seeds():
+    names = {
+        load_config(QUICK, [f"algorithm={a}", f"seed={s}"]).run_name()
+        for a in ("sheaf_frl", "noncoop")
+        for s in (0, 1)
+    }
+    assert names == {f"quickstart-{a}-seed{s}" for a in ("sheaf_frl", "noncoop") for s in (0, 1)}
+    assert load_config(QUICK, ["output.name=mine"]).run_name() == "mine"

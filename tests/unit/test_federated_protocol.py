@@ -9,9 +9,12 @@ from hypothesis import strategies as st
 from fedsheaf.algorithms.federated.params import ParamSet
 from fedsheaf.algorithms.federated.protocol import (
     average,
+    balanced_placement,
     client_rank,
     hosted_clients,
+    moves_clients,
     n_selected,
+    place_clients,
     rows_per_rank,
     sample_clients,
 )
@@ -84,6 +87,58 @@ def test_many_clients_per_rank_layout():
     assert hosted_clients(4, 100, 4)[-1] == 99
     assert client_rank(0, 1) == 1 and client_rank(99, 1) == 1
     assert rows_per_rank([0, 1, 5, 10, 15], 4) == [0, 1, 2, 1, 1]
+
+
+def test_balanced_placement_evens_out_an_unlucky_sample():
+    # 10 equal clients whose homes are 4/3/2/1 on 4 workers (static: the busiest rank has 4)
+    sel = [0, 4, 8, 12, 1, 5, 9, 2, 6, 3]
+    assert rows_per_rank(sel, 4) == [0, 4, 3, 2, 1]
+    work = np.full(20, 600.0)
+    where = balanced_placement(sel, work, 4)
+    assert rows_per_rank(sel, 4, where) == [0, 3, 3, 2, 2]  # ceil(10/4) = 3 at most
+    # equal work: id order, each to the least-loaded rank, lowest rank on ties
+    assert [where[c] for c in sorted(sel)] == [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
+    # unequal work: the largest goes first, to rank 1; ties by client id
+    uneven = balanced_placement([0, 1, 2, 3], [1.0, 5.0, 2.0, 2.0], 2)
+    assert uneven == {1: 1, 2: 2, 3: 2, 0: 2}  # loads 5 | 2 + 2 + 1
+    assert place_clients(sel, 4, "static") == {c: client_rank(c, 4) for c in sel}
+    assert place_clients(sel, 4, "balanced", work) == where
+    with pytest.raises(ValueError, match="needs every client's work"):
+        place_clients(sel, 4, "balanced")
+    with pytest.raises(ValueError, match="distinct"):
+        balanced_placement([1, 1], work, 2)
+
+
+def test_only_balanced_placement_with_fewer_workers_than_clients_moves_clients():
+    assert moves_clients("balanced", 4, 100)
+    assert not moves_clients("static", 4, 100)
+    assert not moves_clients("balanced", 1, 100)  # one worker: nothing to balance
+    assert not moves_clients("balanced", 100, 100)  # one client per worker
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    work=st.lists(st.integers(1, 1000), min_size=1, max_size=60),
+    w=st.integers(1, 12),
+    data=st.data(),
+)
+def test_balanced_placement_properties(work, w, data):
+    n = len(work)
+    sel = data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=n, unique=True))
+    where = balanced_placement(sel, work, w)
+    assert sorted(where) == sorted(sel)  # every sampled client exactly once
+    assert all(1 <= r <= w for r in where.values())
+    assert balanced_placement(list(reversed(sel)), np.array(work), w) == where  # deterministic
+    load = [0] * (w + 1)
+    for c, r in where.items():
+        load[r] += work[c]
+    total, biggest = sum(work[c] for c in sel), max(work[c] for c in sel)
+    assert max(load) <= total / w + biggest  # LPT: within one client of the mean
+    assert max(load) <= max(-(-total // w), biggest) * 4 / 3 + 1e-9  # Graham's 4/3 bound
+    counts = rows_per_rank(sel, w, where)
+    assert counts[0] == 0 and sum(counts) == len(sel)
+    if len(set(work)) == 1:  # equal clients: counts differ by at most one
+        assert max(counts[1:]) - min(counts[1:]) <= 1
 
 
 # ---- averaging ------------------------------------------------------------------------

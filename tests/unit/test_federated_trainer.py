@@ -10,6 +10,7 @@ from fedsheaf.algorithms.federated import FEDERATED
 from fedsheaf.algorithms.federated.base import Phase
 from fedsheaf.algorithms.federated.setup import ClientData
 from fedsheaf.algorithms.federated.trainer import ClientRunner
+from fedsheaf.checkpoint import CheckpointError
 from fedsheaf.config import FederatedConfig, TrainConfig
 from fedsheaf.data.loaders import batches
 from fedsheaf.models.fedrep_cnn import build_fedrep_cnn
@@ -170,3 +171,38 @@ def test_divergence_is_a_clear_error():
     r.clients[0].x_train[0, 0, 0, 0] = float("nan")
     with pytest.raises(TrainingDiverged, match="client 0: loss became nan"):
         r.local_update(0, r.shared.flatten(r.model), 0)
+
+
+def test_a_client_trained_elsewhere_continues_bitwise_after_its_state_moves():
+    """Balanced placement: client 0 trains on runner a in round 0, its private state
+    travels as a row to runner b, and round 1 on b equals round 1 on a, bit for bit."""
+    a, b = (_runner("fedrep", head_epochs=1, body_epochs=1) for _ in range(2))
+    w = a.shared.flatten(a.model)
+    w1, _ = a.local_update(0, w, 0)
+    rows = a.private_rows([0, 3])
+    assert rows.shape == (2, a.private_size) and a.private_size == 650  # fc3 of the CNN
+    b.load_private_rows([0], rows[:1])
+    np.testing.assert_array_equal(b.private_rows([0, 3]), rows)
+    wa, la = a.local_update(0, w1, 1)
+    wb, lb = b.local_update(0, w1, 1)
+    np.testing.assert_array_equal(wa, wb)
+    assert la == lb and _same(a.state[0], b.state[0])
+    with pytest.raises(ValueError, match="rows"):
+        b.load_private_rows([0, 3], rows[:1])
+
+
+def test_checkpoint_state_covers_the_home_clients_only():
+    r = _runner("fedrep", head_epochs=1, body_epochs=0)
+    r.home = [3]  # holds clients 0 and 3, home to 3
+    r.local_update(3, r.shared.flatten(r.model), 0)
+    saved = r.state_dict()
+    assert sorted(saved["clients"]) == [3]
+    fresh = _runner("fedrep")
+    fresh.home = [3]
+    fresh.load_state_dict(saved)
+    assert _same(fresh.state[3], r.state[3]) and _same(fresh.state[0], r.state[0])
+    fresh.home = [0, 3]
+    with pytest.raises(CheckpointError, match="this rank hosts"):
+        fresh.load_state_dict(saved)
+    none = _runner("fedavg")  # everything shared: empty private rows
+    assert none.private_rows([0, 3]).shape == (2, 0)

@@ -178,3 +178,6 @@ def test_fedrep_script_passes_config_and_algorithm(fake_srun):
     cmd = argv[argv.index("-m") :]
     assert cmd[:4] == ["-m", "fedsheaf", "run", "configs/fedrep_fmnist_100c2.yaml"]
     assert "algorithm=fedavg_ft" in cmd and cmd[-1] == "federated.rounds=5"
+    assert "checkpoint.resume=true" in cmd  # a requeued job continues
+    _, argv = fake_srun("fedrep_100clients.sbatch", RESUME="false", SLURM_NTASKS="101")
+    assert not any(a.startswith("checkpoint.resume") for a in argv)

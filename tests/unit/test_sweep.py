@@ -150,4 +150,4 @@ def test_local_runs_skip_finished_and_resume_interrupted(tmp_path):
         )
     ).runs[0]
     Path(hub.dir).mkdir(parents=True)
-    assert restart_overrides(hub, force=False) == ["output.overwrite=true"]  # cannot resume
+    assert restart_overrides(hub, force=False) == ["checkpoint.resume=true"]

@@ -31,6 +31,7 @@ from fedsheaf.algorithms.federated.head_runner import HeadRunner
 from fedsheaf.algorithms.federated.setup import ClientData, check_ranks
 from fedsheaf.algorithms.federated.task import Task
 from fedsheaf.algorithms.federated.trainer import ClientRunner
+from fedsheaf.checkpoint import CheckpointError
 from fedsheaf.config import ExperimentConfig
 from fedsheaf.data.sources import dataset_shape
 from fedsheaf.errors import ConfigError
@@ -135,7 +136,7 @@ class HeadTask(Task):
         assert isinstance(runner, HeadRunner)
         rows = [
             moment_rows(c, runner.clients[c].n_train, *runner.moments[c])
-            for c in sorted(runner.clients)
+            for c in runner.home  # its home clients: a worker may hold every client
         ]
         return np.stack(rows) if rows else np.empty((0, 1 + self.setup_width))
 
@@ -167,6 +168,20 @@ class HeadTask(Task):
         return self.tracker.round(
             self.split(w)[0], info[:, 0].astype(np.int64), heads, W_new, b_new
         )
+
+    def server_state(self) -> dict[str, Any]:
+        if self.tracker is None:
+            return {}
+        return {"G_rec": torch.from_numpy(self.tracker.G_rec.copy())}
+
+    def load_server_state(self, state: dict[str, Any]) -> None:
+        """The exact recursion's Gram; the references are rebuilt by the setup exchange."""
+        if self.tracker is None:
+            raise RuntimeError("load_server_state before server_setup")
+        G = state.get("G_rec")
+        if G is None or tuple(G.shape) != self.tracker.G_rec.shape:
+            raise CheckpointError("the checkpoint's Gram recursion does not fit this head")
+        self.tracker.G_rec = G.numpy().astype(np.float64)
 
     # ---- evaluation and reporting ----------------------------------------------------
     def round_record(self, rows: np.ndarray) -> dict[str, Any]:

@@ -1,13 +1,17 @@
 """The server's side of the protocol, as plain functions (no MPI, no torch).
 
 * how many and which clients take part in a round (seeded, per round);
-* where client ``c`` lives: rank ``1 + c mod W`` with W worker ranks;
+* where client ``c`` lives (its *home*): rank ``1 + c mod W`` with W worker ranks;
+* which rank trains each sampled client this round (:func:`place_clients`): its
+  home (``static``), or longest-first to the least-loaded rank (``balanced``);
 * the (weighted) average of the uploaded vectors.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -41,12 +45,78 @@ def hosted_clients(rank: int, n_clients: int, n_workers: int) -> list[int]:
     return list(range(rank - 1, n_clients, n_workers))
 
 
-def rows_per_rank(clients: np.ndarray | list[int], n_workers: int) -> list[int]:
-    """How many of ``clients`` each rank 0..W holds (rank 0, the server: none)."""
+def rows_per_rank(
+    clients: Iterable[int], n_workers: int, placement: Mapping[int, int] | None = None
+) -> list[int]:
+    """How many of ``clients`` each rank 0..W holds (rank 0, the server: none).
+
+    ``placement`` maps a client to the rank that holds its row (default: its home).
+    """
     counts = [0] * (n_workers + 1)
     for c in clients:
-        counts[client_rank(int(c), n_workers)] += 1
+        c = int(c)
+        counts[placement[c] if placement is not None else client_rank(c, n_workers)] += 1
     return counts
+
+
+def moves_clients(placement: str, n_workers: int, n_clients: int) -> bool:
+    """Whether ``placement`` may train a client away from its home rank.
+
+    Only ``balanced`` with ``1 < W < clients``: one worker, or one client per
+    worker, leaves nothing to balance (each sampled client has a rank to itself).
+    """
+    return placement == "balanced" and 1 < n_workers < n_clients
+
+
+def balanced_placement(
+    clients: Iterable[int], work: Sequence[float] | np.ndarray, n_workers: int
+) -> dict[int, int]:
+    """Deal ``clients`` to ranks 1..W, longest first, each to the least-loaded rank (LPT).
+
+    ``work[c]`` is client ``c``'s local work (e.g. its training samples). Clients go
+    in order of decreasing work, ties by client id; a client goes to the rank with
+    the least work so far, ties to the lowest rank. The result depends only on the
+    arguments, so every rank computes the same placement. The busiest rank gets at
+    most ``Σ work / W + max work`` (and at most 4/3 of the best possible).
+
+    Returns
+    -------
+    dict
+        Client id -> rank (1..W).
+    """
+    if n_workers < 1:
+        raise ValueError(f"n_workers must be >= 1, got {n_workers}")
+    ids = [int(c) for c in clients]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"clients must be distinct, got {ids}")
+    order = sorted(ids, key=lambda c: (-float(work[c]), c))
+    loads = [(0.0, rank) for rank in range(1, n_workers + 1)]  # a heap: least load, then rank
+    out: dict[int, int] = {}
+    for c in order:
+        load, rank = heapq.heappop(loads)
+        out[c] = rank
+        heapq.heappush(loads, (load + float(work[c]), rank))
+    return out
+
+
+def place_clients(
+    clients: Iterable[int],
+    n_workers: int,
+    placement: str = "static",
+    work: Sequence[float] | np.ndarray | None = None,
+) -> dict[int, int]:
+    """The rank that trains each of ``clients`` this round (client id -> rank 1..W).
+
+    ``static``: the client's home rank; ``balanced``: :func:`balanced_placement`
+    over ``work`` (needed then).
+    """
+    if placement == "static":
+        return {int(c): client_rank(int(c), n_workers) for c in clients}
+    if placement == "balanced":
+        if work is None:
+            raise ValueError("balanced placement needs every client's work")
+        return balanced_placement(clients, work, n_workers)
+    raise ValueError(f"placement must be 'static' or 'balanced', got {placement!r}")
 
 
 def average(updates: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:

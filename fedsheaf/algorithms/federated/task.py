@@ -8,7 +8,8 @@ algorithm with another setting (head-only FedAvg: regression, a UFM objective,
 Gram tracking) returns a subclass from ``make_task`` and overrides only what
 differs. Nothing here touches MPI; the two optional hooks
 (:meth:`Task.setup_rows` … :meth:`Task.receive_setup`, :meth:`Task.server_round`)
-are called by the runtime around its own collectives.
+are called by the runtime around its own collectives; a task whose server keeps
+state across rounds saves it through :meth:`Task.server_state`.
 """
 
 from __future__ import annotations
@@ -101,6 +102,14 @@ class Task:
         """Extra round metrics from the broadcast ``w``, the uploads (rows in client-id
         order, ``info`` rows ``[client, n_train, loss]`` alike) and the new vector."""
         return {}
+
+    # ---- server: checkpoints ---------------------------------------------------------
+    def server_state(self) -> dict[str, Any]:
+        """Server-side state a resumed run needs beyond the shared vector and history."""
+        return {}
+
+    def load_server_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`server_state` (called after the setup exchange)."""
 
     # ---- evaluation and reporting --------------------------------------------------
     def evaluate(self, runner: ClientRunner, client: int, w: np.ndarray) -> Sequence[float]:

@@ -3,7 +3,11 @@
 One rank may host many clients; they take turns in one model. A client's
 *state* is its private parameters (those not shared); before a client trains
 or is evaluated, the model is loaded with the broadcast shared vector and the
-client's own private parameters. A local update runs the algorithm's schedule
+client's own private parameters. A rank may hold more clients than it is *home*
+to (balanced placement: any worker may train any client); it evaluates and
+checkpoints its home clients only, and the runtime keeps the other clients'
+states current with :meth:`ClientRunner.private_rows` /
+:meth:`ClientRunner.load_private_rows`. A local update runs the algorithm's schedule
 phase by phase -- each phase unfreezes one part of the model and builds a fresh
 optimiser over just that part (see :mod:`.base` for what that means for
 momentum and weight decay) -- then returns the shared part as a flat vector.
@@ -16,7 +20,7 @@ cheaper).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,7 +52,8 @@ class ClientRunner:
         ``head_names()``, ``body_names()``, ``representation(x)`` and its head
         module under the attribute named by ``model.HEAD``.
     clients:
-        This rank's clients and their data.
+        The clients this rank may train, and their data. Its *home* clients
+        (:attr:`home`, default: all of them) are the ones it evaluates and saves.
     train:
         Batch size, optimiser, lr, momentum, weight decay, grad clip.
     augment:
@@ -79,8 +84,10 @@ class ClientRunner:
         }
         self.shared = ParamSet(self.model, self.parts[algorithm.shared])
         self.private = [n for n in names if n not in set(self.shared.names)]
+        self.private_size = ParamSet(self.model, self.private).size
         initial = self._snapshot(self.private)  # shared by all clients until they train
         self.state: dict[int, dict[str, torch.Tensor]] = {c: initial for c in self.clients}
+        self.home: list[int] = sorted(self.clients)
 
     # ---- client state ---------------------------------------------------------
     def _snapshot(self, names: list[str]) -> dict[str, torch.Tensor]:
@@ -88,34 +95,66 @@ class ClientRunner:
         return {n: params[n].detach().clone() for n in names}
 
     def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps of this rank: every hosted client's private
+        """What a checkpoint keeps of this rank: its home clients' private
         parameters and the model's buffers (batch order and augmentation need
         nothing: they derive from (seed, client, round, phase))."""
         return {
-            "clients": {c: dict(s) for c, s in self.state.items()},
+            "clients": {c: dict(self.state[c]) for c in self.home},
             "buffers": {n: b.detach().clone() for n, b in self.model.named_buffers()},
         }
 
     @torch.no_grad()
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (tensors may come from the CPU)."""
+        """Restore what :meth:`state_dict` returned (tensors may come from the CPU).
+
+        Only the home clients' states are restored; other clients this rank holds
+        keep theirs until the runtime sends them (:meth:`load_private_rows`).
+        """
         saved = state["clients"]
-        if sorted(saved) != sorted(self.clients):
+        if sorted(saved) != self.home:
             raise CheckpointError(
-                f"checkpoint holds clients {sorted(saved)}, this rank hosts {sorted(self.clients)}"
+                f"checkpoint holds clients {sorted(saved)}, this rank hosts {self.home}"
             )
         names = {n for n, _ in self.model.named_parameters()}
         if any(not set(self.private) <= set(s) <= names for s in saved.values()):
             raise CheckpointError("checkpoint client parameters do not match this model")
         device = next(self.model.parameters()).device
-        self.state = {
-            c: {n: v.to(device) for n, v in saved[c].items()} for c in sorted(self.clients)
-        }
+        for c in self.home:
+            self.state[c] = {n: v.to(device) for n, v in saved[c].items()}
         buffers = dict(self.model.named_buffers())
         if set(state["buffers"]) != set(buffers):
             raise CheckpointError("checkpoint model buffers do not match this model")
         for name, value in state["buffers"].items():
             buffers[name].copy_(value)
+
+    @torch.no_grad()
+    def private_rows(self, clients: Sequence[int]) -> np.ndarray:
+        """``clients``' private parameters as rows (k × :attr:`private_size`, float32)."""
+        rows = np.empty((len(clients), self.private_size), dtype=np.float32)
+        for row, c in zip(rows, clients, strict=True):
+            if self.private_size:
+                state = self.state[c]
+                flat = torch.cat([state[n].reshape(-1) for n in self.private])
+                row[:] = flat.to("cpu", torch.float32).numpy()
+        return rows
+
+    @torch.no_grad()
+    def load_private_rows(self, clients: Sequence[int], rows: np.ndarray) -> None:
+        """Set ``clients``' private parameters from :meth:`private_rows` (bitwise)."""
+        if rows.shape != (len(clients), self.private_size):
+            raise ValueError(
+                f"expected {len(clients)} rows of {self.private_size} values, got {rows.shape}"
+            )
+        params = dict(self.model.named_parameters())
+        for c, row in zip(clients, rows, strict=True):
+            src, offset, state = torch.from_numpy(np.array(row, dtype=np.float32)), 0, {}
+            for n in self.private:
+                p = params[n]
+                state[n] = (
+                    src[offset : offset + p.numel()].view(p.shape).to(p.device, p.dtype).clone()
+                )
+                offset += p.numel()
+            self.state[c] = state
 
     @torch.no_grad()
     def install(self, client: int, shared: np.ndarray) -> None:
