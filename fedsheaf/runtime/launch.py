@@ -58,8 +58,9 @@ def run_decentralized(
         )
     world.log(
         f"fedsheaf: {cfg.algorithm} '{cfg.name}' on {graph.name} ({graph.n} agents, "
-        f"{len(graph.edges)} edges), {ds.name} s={cfg.data.shift}, {cfg.train.epochs} "
-        f"epochs x {steps} steps, device {world.device}, seed {cfg.seed}"
+        f"{len(graph.edges)} edge{'' if len(graph.edges) == 1 else 's'}), {ds.name} "
+        f"s={cfg.data.shift}, {cfg.train.epochs} epochs x {steps} steps, "
+        f"device {world.device}, seed {cfg.seed}"
     )
     if run_dir is not None:
         world.log(f"fedsheaf: writing {run_dir.path}")
