@@ -1,9 +1,9 @@
 """Tables (Markdown) and a PNG of Gram errors vs round for results/head_fedavg/.
 
 Usage: python results/head_fedavg/make_results.py OUT_DIR
-Reads OUT_DIR/ufm/<mode>/ufm.json (``fedsheaf ufm`` outputs) and
+Reads OUT_DIR/ufm/<mode>/ufm.json (``fedsheaf ufm`` outputs, if any) and
 OUT_DIR/runs/<run>/{summary.json,metrics.jsonl} (head_fedavg runs); writes
-OUT_DIR/ufm_table.md, OUT_DIR/table.md and OUT_DIR/gram_errors.png.
+OUT_DIR/ufm_table.md (with UFM outputs), OUT_DIR/table.md and OUT_DIR/gram_errors.png.
 """
 
 from __future__ import annotations
@@ -117,7 +117,11 @@ def plot(runs: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]], path: Pat
     ax.set_xlabel("round t")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    fig.suptitle("Head-only FedAvg on diabetes3 (3 clients, E = 6000, 6 rounds)", fontsize=11)
+    s = next(iter(runs.values()))[0]
+    fig.suptitle(
+        f"Head-only FedAvg, {s['name']} ({s['n_clients']} clients, {s['rounds']} rounds)",
+        fontsize=11,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -125,13 +129,13 @@ def plot(runs: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]], path: Pat
 
 def main(out_dir: str) -> int:
     out = Path(out_dir)
-    (out / "ufm_table.md").write_text(ufm_table(out))
+    if (out / "ufm").is_dir():
+        (out / "ufm_table.md").write_text(ufm_table(out))
+        print((out / "ufm_table.md").read_text())
     runs = _load(out)
     if runs:
         (out / "table.md").write_text(run_table(runs))
         plot(runs, out / "gram_errors.png")
-    print((out / "ufm_table.md").read_text())
-    if runs:
         print((out / "table.md").read_text())
     return 0
 

@@ -8,6 +8,8 @@
 #      proximal (rho = 1e-3) and aligned training, each without and with the moment
 #      correction (gamma = 1). The paper: ResMLP/ResNet-18, E = 4000 epochs of minibatches,
 #      AdamW 1e-3 -> 1e-5, 8 rounds.
+#  (c) with CONFIG=configs/head_fedavg_geo.yaml OUT=results/head_fedavg/geo UFM=0: the
+#      same six runs on the geo view of FashionMNIST (conv backbones, 3 clients).
 # Usage (from anywhere): results/head_fedavg/run.sh   [NP=4: server + 3 worker ranks;
 #   RUNS="ordinary proximal" chooses the DNN runs; tables are made from all runs present]
 set -euo pipefail
@@ -15,15 +17,19 @@ cd "$(dirname "$0")/../.."
 NP=${NP:-4}
 PY=${PY:-.venv/bin/python}
 MPIEXEC=${MPIEXEC:-$(dirname "$PY")/mpiexec}
-OUT=results/head_fedavg
+CONFIG=${CONFIG:-configs/head_fedavg_diabetes3.yaml}
+OUT=${OUT:-results/head_fedavg}
 export FEDSHEAF_THREADS=1 OMP_NUM_THREADS=1
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-mkdir -p "$OUT/logs" "$OUT/ufm"
-for spec in "exact:--mode exact" "proximal:--mode proximal --rho 1e-3" "gamma1:--mode exact --gamma 1.0"; do
-  name=${spec%%:*}
-  # shellcheck disable=SC2086
-  nice -n 10 "$PY" -m fedsheaf ufm ${spec#*:} --out "$OUT/ufm/$name" > "$OUT/ufm/$name.txt"
-done
+mkdir -p "$OUT/logs"
+if [ "${UFM:-1}" = 1 ]; then
+  mkdir -p "$OUT/ufm"
+  for spec in "exact:--mode exact" "proximal:--mode proximal --rho 1e-3" "gamma1:--mode exact --gamma 1.0"; do
+    name=${spec%%:*}
+    # shellcheck disable=SC2086
+    nice -n 10 "$PY" -m fedsheaf ufm ${spec#*:} --out "$OUT/ufm/$name" > "$OUT/ufm/$name.txt"
+  done
+fi
 declare -A OPTS=(
   [ordinary]="head.rho=0.0"
   [proximal]="head.rho=1.0e-3"
@@ -36,9 +42,9 @@ for run in ${RUNS:-ordinary proximal aligned ordinary_corr proximal_corr aligned
   start=$(date +%s)
   # shellcheck disable=SC2086
   nice -n 10 "$MPIEXEC" --oversubscribe -n "$NP" "$PY" -m fedsheaf run \
-    configs/head_fedavg_diabetes3.yaml ${OPTS[$run]} output.dir=$OUT/runs output.name="$run" \
+    "$CONFIG" ${OPTS[$run]} checkpoint.every=0 output.dir=$OUT/runs output.name="$run" \
     output.overwrite=true > "$OUT/logs/$run.log" 2>&1
   echo "$run: $(( $(date +%s) - start )) s wall (mpiexec -n $NP, including startup)" \
     | tee -a "$OUT/logs/timing.txt"
 done
-"$PY" "$OUT/make_results.py" "$OUT"
+"$PY" results/head_fedavg/make_results.py "$OUT"
