@@ -1,16 +1,19 @@
 """Failures on real ranks end the job quickly, clearly, non-zero, with checkpoints intact.
 
-One story, to keep launches few: a run loses a rank (SIGKILL) after a few
+Decentralized: one story, to keep launches few: a run loses a rank (SIGKILL) after a few
 checkpoints; then the same run is resumed with one agent's learning rate set
 absurdly high, so that agent's loss turns NaN on the first step after the
-checkpoint. A raised exception in a toy program is covered by test_runtime.py,
-a missing data file at start by test_run.py and test_hardening.py.
+checkpoint. Server-based: a FedRep client diverges on a worker while the server waits.
+Hub-based: a checkpoint that does not fit is refused (test_variants_hub.py). A raised
+exception in a toy program is covered by test_runtime.py, a missing data file at start
+by test_run.py and test_hardening.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -102,3 +105,31 @@ def test_lost_rank_and_diverged_agent_stop_the_job(tmp_path):
     assert _assert_intact(run, 2) == epoch
     assert json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"] == epoch
     assert not (run / "summary.json").exists()
+
+
+def test_diverged_client_stops_a_server_based_run(tmp_path, fmnist_root):
+    """FedRep at np = 3: two good rounds (checkpointed), then a resume with an absurd
+    learning rate: a client's loss turns NaN in round 3 on a worker while the server
+    waits in its gather; the job ends at once, non-zero, naming rank, client and cause,
+    and the checkpoint after round 2 stays the newest."""
+    from tests.mpi.test_resume_server import _config, _fedrep
+
+    cfg = _fedrep(fmnist_root)
+    cfg["federated"]["rounds"] = 2
+    path = _config(tmp_path, cfg)
+    run = tmp_path / "runs" / "diverge"
+    base = ["-m", "fedsheaf", "run"]
+    good = run_mpi(3, [*base, str(path), "output.name=diverge", "checkpoint.every=1"])
+    assert good.returncode == 0, good.stderr
+    (run / "summary.json").unlink()  # pretend it was cut short, to resume with more rounds
+
+    start = time.monotonic()
+    bad = run_mpi(3, [*base, "--resume", str(run), "rounds=4", "train.lr=1e30"], timeout=120)
+    assert bad.returncode != 0
+    assert time.monotonic() - start < 120
+    assert "resuming" in bad.stdout and "after round 2" in bad.stdout
+    lines = [ln for ln in bad.stderr.splitlines() if ln.startswith("fedsheaf: error")]
+    pattern = r"fedsheaf: error on rank [12]: client \d+: loss became nan in round 3 \("
+    assert lines and all(re.match(pattern, ln) for ln in lines), bad.stderr
+    assert "Traceback" not in bad.stderr
+    assert checkpoint.latest(run, 3).epoch == 2
