@@ -97,7 +97,7 @@ class Rounds:
     ) -> None:
         self.cfg, self.fc = cfg, cfg.federated
         self.star, self.runner, self.run_dir, self.task = star, runner, run_dir, task
-        self.home = hosted_clients(star.rank, self.fc.clients, star.n_workers)
+        self.home = runner.home
         self.moves = moves_clients(self.fc.placement, star.n_workers, self.fc.clients)
         self.replicates = self.moves and runner.private_size > 0
         self.work: np.ndarray | None = None  # every client's training samples (balanced)
@@ -337,8 +337,9 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     run_dir = world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
     if run_dir is not None:
         run_dir.write_config(dump_config(cfg))
+    rounds = Rounds(cfg, star, runner, run_dir, task)
     per_rank = -(-fc.clients // star.n_workers)
-    moves = moves_clients(fc.placement, star.n_workers, fc.clients)
+    moves = rounds.moves
     placed = "balanced placement (every worker holds every client)" if moves else "static placement"
     world.log(
         f"fedsheaf: {cfg.algorithm} '{cfg.name}': {fc.clients} clients on {star.n_workers} "
@@ -352,7 +353,6 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     if run_dir is not None:
         world.log(f"fedsheaf: writing {run_dir.path}")
     start = time.perf_counter()
-    rounds = Rounds(cfg, star, runner, run_dir, task)
     if cfg.checkpoint.resume:
         restore(world, run_path, rounds)
     history = rounds.run(checkpointer(cfg, world, run_path, rounds.state_dict))
