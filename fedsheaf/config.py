@@ -163,11 +163,14 @@ class FederatedConfig:
     eval_every: int = spec(1, lo=1, doc="evaluate every N rounds (the last eval_last always)")
     augment: bool = spec(False, doc="random crop + horizontal flip (CIFAR-10)")
     placement: str = spec(
-        "balanced",
-        choices=("balanced", "static"),
-        doc="which worker trains a sampled client: balanced (longest first to the "
-        "least-loaded worker each round; with 1 < W < clients every worker then holds "
-        "every client's data and private parameters) or static (its home rank 1 + c mod W)",
+        "dynamic",
+        choices=("balanced", "dynamic", "static"),
+        doc="which worker trains a sampled client: dynamic (the server hands the clients "
+        "out longest first to whichever worker is free, so measured time, not size, "
+        "balances the round), balanced (longest first to the least-loaded worker by "
+        "training samples, decided ahead on every rank), or static (its home rank "
+        "1 + c mod W). With 1 < W < clients, dynamic and balanced make every worker hold "
+        "every client's data and private parameters; all three give the same results",
     )
 
 

@@ -268,11 +268,16 @@ def write_manifest(study: Study) -> Path:
 
 
 def local_launcher(ranks: int) -> tuple[list[str], dict[str, str]]:
-    """mpiexec beside this Python (or on PATH), with the flags a small machine needs."""
+    """$FEDSHEAF_MPIEXEC, else mpiexec beside this Python, else on PATH; with the flags a
+    small machine needs."""
     here = Path(sys.executable).parent / "mpiexec"
-    mpiexec = str(here) if here.exists() else shutil.which("mpiexec")
+    mpiexec = os.environ.get("FEDSHEAF_MPIEXEC") or (
+        str(here) if here.exists() else shutil.which("mpiexec")
+    )
     if mpiexec is None:
         raise ConfigError("no mpiexec found (run run/install.sh, or load your site MPI module)")
+    if not (Path(mpiexec).is_file() or shutil.which(mpiexec)):
+        raise ConfigError(f"FEDSHEAF_MPIEXEC={mpiexec} is not an executable")
     env = dict(os.environ)
     cmd = [mpiexec]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

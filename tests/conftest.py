@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,7 +12,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+#: $FEDSHEAF_MPIEXEC, else mpiexec beside this Python (the venv's Open MPI wheel), else
+#: the one on PATH (a site MPI): the order `fedsheaf sweep`/`bench` use
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
+if os.environ.get("FEDSHEAF_MPIEXEC"):
+    MPIEXEC = Path(os.environ["FEDSHEAF_MPIEXEC"])
+elif not MPIEXEC.exists() and shutil.which("mpiexec"):
+    MPIEXEC = Path(str(shutil.which("mpiexec")))
 
 
 def shared_data_root() -> Path | None:

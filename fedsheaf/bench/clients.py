@@ -7,7 +7,8 @@ training spread perfectly over the W workers, then the average); the measured ro
 time is the server's ``train_seconds`` (sampling broadcast to the new parameters'
 broadcast, evaluation excluded). Three bounds explain the gap, each the busiest rank's
 training plus the average: under the placement the run used (``federated.placement``,
-balanced by default: longest first to the least-loaded worker by training samples),
+dynamic by default: longest first to whichever worker is free; balanced: longest
+first to the least-loaded worker by training samples),
 under the static placement ``rank = 1 + c mod W`` (SPEC §4), and under a balanced one
 that knew the measured times. With equal clients no placement beats
 ``⌈m/W⌉ / (m/W)`` × ideal for m sampled clients (1.2 for 10 clients on 4 workers).
@@ -100,7 +101,7 @@ def clients(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
         "clients": fc.clients,
         "sampled_per_round": len(history[0]["selected"]),
         "workers": star.n_workers,
-        "placement": "balanced" if moves else "static",
+        "placement": fc.placement if moves else "static",
         "rounds": rows,
         "median": med,
         "ratio": summary([r["ratio"] for r in steady]),

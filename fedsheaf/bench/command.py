@@ -45,8 +45,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ranks", help="weak-scaling rank counts, e.g. 1,2,4,8,16")
     parser.add_argument(
         "--workers",
-        help="FedRep worker ranks, e.g. 4,2,1 (balanced placement; without this option "
-        "static placement on 4 workers runs too, for reference)",
+        help="FedRep worker ranks, e.g. 4,2,1 (dynamic placement; without this option "
+        "balanced and static placement on 4 workers run too, for comparison)",
     )
     parser.add_argument("--repeats", type=int, help="timed repeats per measurement")
     parser.add_argument("--dataset", default="fashionmnist", help="image data set (28×28)")
@@ -59,6 +59,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Python, with --oversubscribe when ranks exceed cores)",
     )
     parser.add_argument("--timeout", type=float, help="seconds per launch (default 900)")
+    parser.add_argument(
+        "--only",
+        metavar="LABELS",
+        help="run only these launches, e.g. table2,pair (labels as --dry-run lists them)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="wall-clock budget for the whole suite: a launch still running when it is "
+        "spent is stopped, later ones are skipped, and what finished is written",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the launches only")
     parser.add_argument("--render", metavar="JSON", help="rewrite the Markdown of a results file")
 
@@ -90,10 +102,26 @@ def _launcher(
     return [c.replace("{n}", str(ranks)) for c in cmd], env
 
 
+def select(launches: list[Launch], only: str | None) -> list[Launch]:
+    """The launches named in ``only`` (comma-separated labels), in plan order."""
+    if not only:
+        return launches
+    wanted = {w.strip() for w in only.split(",") if w.strip()}
+    unknown = sorted(wanted - {la.label for la in launches})
+    if unknown:
+        known = ", ".join(la.label for la in launches) or "none"
+        raise ConfigError(f"--only: no launch {unknown} for these cases and size; planned: {known}")
+    return [la for la in launches if la.label in wanted]
+
+
 def run_launch(
     launch: Launch, device: str, template: str | None, log: Path, tmp: Path
 ) -> dict[str, Any]:
-    """Run one launch; its record (with the worker's JSON under ``output``, if any)."""
+    """Run one launch; its record (with the worker's JSON under ``output``, if any).
+
+    A launch that outlives ``launch.timeout`` is stopped (its whole process group) and
+    recorded with return code 124.
+    """
     spec_path, out_path = tmp / f"{launch.label}.spec.json", tmp / f"{launch.label}.out.json"
     spec_path.write_text(json.dumps(launch.worker_spec(device)))
     cmd, env = _launcher(template, launch.ranks, launch.mpi_flags)
@@ -128,6 +156,18 @@ def run_launch(
     if code == 0 and out_path.exists():
         record["output"] = json.loads(out_path.read_text())
     return record
+
+
+def skipped(launch: Launch, why: str) -> dict[str, Any]:
+    """The record of a launch that did not run."""
+    return {
+        "label": launch.label,
+        "ranks": launch.ranks,
+        "cases": launch.cases,
+        "seconds": 0.0,
+        "returncode": None,
+        "skipped": why,
+    }
 
 
 def collect(records: list[dict[str, Any]]) -> tuple[dict[str, list], list[dict[str, Any]]]:
@@ -173,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         image_data=images,
     )
+    launches = select(launches, args.only)
     tag = args.tag or f"{args.size}-{device}"
     if args.dry_run:
         for la in launches:
@@ -183,22 +224,34 @@ def run(args: argparse.Namespace) -> int:
     load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     t0 = time.perf_counter()
     records = []
+    deadline = None if args.budget is None else t0 + args.budget
     with tempfile.TemporaryDirectory(prefix="fedsheaf-bench-") as tmp:
         for la in launches:
             if args.timeout:
                 la.timeout = args.timeout
+            if deadline is not None:
+                left = deadline - time.perf_counter()
+                if left < 1.0:
+                    print(f"fedsheaf bench: {la.label}: skipped, --budget spent", flush=True)
+                    records.append(skipped(la, "--budget spent"))
+                    continue
+                la.timeout = min(la.timeout, left)
             print(
                 f"fedsheaf bench: {la.label} ({la.ranks} ranks): {', '.join(la.cases)}", flush=True
             )
             rec = run_launch(
                 la, device, args.launcher, out / "logs" / tag / f"{la.label}.log", Path(tmp)
             )
-            status = (
-                "ok" if rec["returncode"] == 0 else f"exit {rec['returncode']}, see {rec['log']}"
-            )
+            code = rec["returncode"]
+            status = "ok" if code == 0 else f"exit {code}, see {rec['log']}"
+            if code == 124:
+                status = f"stopped after {la.timeout:.0f} s (timeout), see {rec['log']}"
             print(f"fedsheaf bench:   {rec['seconds']:.0f} s, {status}", flush=True)
             records.append(rec)
     results, launch_records = collect(records)
+    cut = [r["label"] for r in launch_records if r.get("skipped") or r["returncode"] == 124]
+    if cut:
+        notes.append(f"stopped or skipped for time (--timeout/--budget): {', '.join(cut)}")
     doc = {
         "meta": {
             "tag": tag,

@@ -39,7 +39,15 @@ from fedsheaf.bench.formulas import (
     strict_bytes_per_step,
     summary,
 )
-from fedsheaf.bench.ranks import Clock, NoNeighbours, Silent, idle_barrier, node_cores, sync
+from fedsheaf.bench.ranks import (
+    Clock,
+    NoNeighbours,
+    Silent,
+    idle_barrier,
+    mps_pipe,
+    node_cores,
+    sync,
+)
 from fedsheaf.bench.timer import PhaseTimer
 from fedsheaf.config import ExperimentConfig, apply_overrides, load_config, read_yaml
 from fedsheaf.data.partition import Partition
@@ -309,6 +317,8 @@ def speedup(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
         "agents": s.graph.n,
         "steps_per_epoch": s.steps,
         "threads": {"sequential": threads_sequential, "parallel_per_rank": threads_parallel},
+        "device": world.device.type,
+        "mps": mps_pipe() if world.device.type == "cuda" else None,
         "epoch_seconds": times,
         "stats": stats,
         "speedup": {n: ratio(seq, st["median"]) for n, st in stats.items() if n != "sequential"},

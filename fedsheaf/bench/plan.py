@@ -6,10 +6,10 @@ Two sizes:
   (2 ranks), the quickstart mesh (4 ranks), the 15 Table-2 agents on the bundled
   digits (bytes and speedup: the byte counts depend only on d_i, K and the graph),
   weak scaling 1→2 ranks, and FedRep with 100 clients on 4, 2 and 1 workers with a
-  shortened schedule (balanced placement; on 4 workers also static, for reference).
+  shortened schedule (dynamic placement; on 4 workers also balanced and static).
 * ``full`` — the paper's sizes for a GPU (``--device cuda``) or a many-core node: the
   15-agent study at full epochs, weak scaling 1→16 ranks, the FedRep schedule of
-  SPEC §4 on 4 workers (balanced and static placement).
+  SPEC §4 on 4 workers (dynamic, balanced and static placement).
 
 Every launch is one ``mpiexec`` running :mod:`fedsheaf.bench.worker` with a spec
 (a JSON-able dict); cases listed together share the launch's start-up cost.
@@ -202,14 +202,15 @@ def plan(
         schedule = (
             ["federated.rounds=5", "federated.body_epochs=1"] if small else ["federated.rounds=6"]
         )
-        # balanced placement (the default); by default also static on 4 workers, for reference
-        placements = [(w, "balanced") for w in workers or ([4, 2, 1] if small else [4])]
+        # dynamic placement (the default); by default also balanced and static on 4
+        # workers, for comparison
+        placements = [(w, "dynamic") for w in workers or ([4, 2, 1] if small else [4])]
         if workers is None:
-            placements.insert(1, (4, "static"))
+            placements[1:1] = [(4, "balanced"), (4, "static")]
         for w, placement in placements:
             launches.append(
                 Launch(
-                    f"fedrep-{w}w" + ("-static" if placement == "static" else ""),
+                    f"fedrep-{w}w" + ("" if placement == "dynamic" else f"-{placement}"),
                     w + 1,
                     ["clients"],
                     {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -80,6 +81,17 @@ def node_cores() -> int:
     return os.cpu_count() or 1
 
 
+def mps_pipe() -> str | None:
+    """The CUDA MPS control pipe this process would join, if an MPS daemon runs.
+
+    Without MPS, ranks sharing one GPU get it in turns (time slices); with it their
+    kernels run concurrently. ``CUDA_MPS_PIPE_DIRECTORY`` or the default
+    ``/tmp/nvidia-mps``; None when no control pipe is there.
+    """
+    folder = Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps")
+    return str(folder) if (folder / "control").exists() else None
+
+
 def environment(world: World) -> dict[str, Any]:
     """Where the numbers come from: host, cores, load, threads, device, versions."""
     device = world.device
@@ -96,4 +108,5 @@ def environment(world: World) -> dict[str, Any]:
     }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
+        info["mps"] = mps_pipe()
     return info

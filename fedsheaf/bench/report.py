@@ -280,6 +280,14 @@ def _bytes_md(results: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _gpu_sharing(r: dict[str, Any]) -> str:
+    if r.get("device") != "cuda":
+        return ""
+    if r.get("mps"):
+        return f" The ranks shared the GPU through MPS (pipe {r['mps']}): kernels run concurrently."
+    return " No MPS daemon: the ranks' CUDA contexts took the GPU in time slices."
+
+
 def _speedup_md(results: list[dict[str, Any]]) -> list[str]:
     out = ["## Target 3: one rank per agent vs one process", ""]
     for r in results:
@@ -287,7 +295,8 @@ def _speedup_md(results: list[dict[str, Any]]) -> list[str]:
         out += [
             f"**{r['label']}** ({r['config']} {' '.join(r['overrides'])}): {r['agents']} agents, "
             f"{r['steps_per_epoch']} steps/epoch; the sequential process ran "
-            f"{th['sequential']} thread(s), each parallel rank {th['parallel_per_rank']}.",
+            f"{th['sequential']} thread(s), each parallel rank {th['parallel_per_rank']}."
+            + _gpu_sharing(r),
             "",
         ]
         out += _table(
@@ -443,11 +452,17 @@ def render_markdown(doc: dict[str, Any]) -> str:
     failed = [la for la in doc.get("launches", []) if la.get("returncode") != 0]
     if failed:
         out += ["## Launches without a result", ""]
-        out += [
-            f"* {la['label']}: exit {la.get('returncode')}, log {la.get('log')}" for la in failed
-        ]
+        out += [_launch_failure(la) for la in failed]
         out.append("")
     return "\n".join(out)
+
+
+def _launch_failure(la: dict[str, Any]) -> str:
+    if la.get("skipped"):
+        return f"* {la['label']}: skipped ({la['skipped']})"
+    code = la.get("returncode")
+    why = "stopped at its time limit" if code == 124 else f"exit {code}"
+    return f"* {la['label']}: {why}, log {la.get('log')}"
 
 
 def write(out_dir: str | Path, tag: str, doc: dict[str, Any]) -> tuple[Path, Path]:

@@ -6,7 +6,8 @@ sampling, averaging and recording. One round::
     server samples clients S_t (seeded)          -> Bcast client ids
     every rank places S_t on the workers         (the same placement everywhere)
     each rank trains its placed clients in turn  -> Gatherv their shared vectors
-    [balanced: workers swap the new private states -> Iallgatherv among workers]
+    [dynamic: the server deals clients to workers as they ask -> Send/Irecv]
+    [balanced/dynamic: workers swap the new private states -> Iallgatherv]
     server averages them (in client-id order)    -> Bcast the new shared vector
     every client evaluates on its local test set -> Gatherv (client, correct, total, loss)
 
@@ -17,17 +18,23 @@ Averaging in client-id order makes results independent of the rank count.
 *Placement* (``federated.placement``). Client c's home is rank 1 + c mod W: it is
 evaluated, fine-tuned in the final round and checkpointed there. ``static``
 trains it there too, so an unlucky sample (4/3/2/1 clients on 4 workers) leaves
-the round to the busiest rank. ``balanced`` deals each round's sampled clients
-longest first (by training samples) to the least-loaded worker
-(:func:`~fedsheaf.algorithms.federated.protocol.balanced_placement`); for that
-every worker loads every client's data (derived from the seed, as the home
-ranks' are) and, after each round's training, the workers send each other the
-trained clients' new private parameters, so every worker holds every client's
-current state. The server learns the clients' sizes once before round 1. Both
-exchanges are counted under the kind ``placement``, outside ``bytes_up`` and
-``bytes_down`` (simulation plumbing, not federated traffic). A client's training
-depends only on (seed, client, round), the shared vector and its state, so both
-placements give bitwise the same results.
+the round to the busiest rank. ``dynamic`` (the default) decides while the round
+runs: the server hands the sampled clients out one at a time, longest first (by
+training samples), to whichever worker asks; a worker asks again when it has
+trained one, and the server then tells every rank where each client trained (one
+Bcast). Measured time balances the round, so a client that trains slowly for a
+reason its size does not show (a slower core, a busy neighbour) holds up only its
+own worker. ``balanced`` deals the same order ahead of time, each client to the
+worker with the fewest samples so far
+(:func:`~fedsheaf.algorithms.federated.protocol.balanced_placement`), the same deal
+on every rank. For both, every worker loads every client's data (derived from the
+seed, as the home ranks' are) and, after each round's training, the workers send
+each other the trained clients' new private parameters, so every worker holds
+every client's current state; the server learns the clients' sizes once before
+round 1. These exchanges are counted under the kind ``placement``, outside
+``bytes_up`` and ``bytes_down`` (simulation plumbing, not federated traffic). A
+client's training depends only on (seed, client, round), the shared vector and its
+state, so all placements give bitwise the same results.
 
 Every ``checkpoint.every`` rounds each rank saves its state (the server: the
 shared vector, the history, its byte counters and the task's server state, e.g.
@@ -60,6 +67,7 @@ from fedsheaf.algorithms.federated import FEDERATED
 from fedsheaf.algorithms.federated.protocol import (
     average,
     client_rank,
+    dispatch_order,
     hosted_clients,
     moves_clients,
     n_selected,
@@ -73,7 +81,7 @@ from fedsheaf.config import ExperimentConfig, dump_config
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import RunDir
 from fedsheaf.runtime.launch import checkpointer, load_latest, open_run_dir
-from fedsheaf.runtime.star import Star
+from fedsheaf.runtime.star import NO_CLIENT, Star
 from fedsheaf.runtime.world import World
 
 #: Byte-counter kind of the runtime's own exchanges (placement), kept out of bytes_up/down.
@@ -100,7 +108,7 @@ class Rounds:
         self.home = runner.home
         self.moves = moves_clients(self.fc.placement, star.n_workers, self.fc.clients)
         self.replicates = self.moves and runner.private_size > 0
-        self.work: np.ndarray | None = None  # every client's training samples (balanced)
+        self.work: np.ndarray | None = None  # every client's training samples (if moves)
         self.size = runner.shared.size
         self.history: list[dict[str, Any]] = []
         self.w: np.ndarray | None = None  # the shared vector after the rounds done so far
@@ -170,9 +178,7 @@ class Rounds:
                 else np.empty(n_selected(fc.clients, fc.fraction), dtype=np.int64),
                 "control",
             )
-            where = self._place(sel)
-            mine = [int(c) for c in sel if where[int(c)] == star.rank]
-            updates = [self.runner.local_update(c, w, t) for c in mine]
+            where, mine, updates = self._train(sel, w, t)
             info = self._info(mine, [loss for _, loss in updates])
             counts = rows_per_rank(sel, star.n_workers, where) if server else None
             got_info = star.gather(info, "control", counts)
@@ -254,6 +260,29 @@ class Rounds:
         if not self.moves:
             return place_clients(sel, self.star.n_workers, "static")
         return place_clients(sel, self.star.n_workers, "balanced", self.work)
+
+    def _train(
+        self, sel: np.ndarray, w: np.ndarray, t: int
+    ) -> tuple[dict[int, int], list[int], list[tuple[np.ndarray, float]]]:
+        """Train this rank's share of ``sel``: (client -> rank for all of ``sel``,
+        the clients this rank trained, their updates in that order)."""
+        star, update = self.star, self.runner.local_update
+        if not (self.moves and self.fc.placement == "dynamic"):
+            where = self._place(sel)
+            mine = [int(c) for c in sel if where[int(c)] == star.rank]
+            return where, mine, [update(c, w, t) for c in mine]
+        mine, updates = [], []
+        if star.is_server:
+            assert self.work is not None
+            dealt = star.deal(dispatch_order(sel, self.work), PLUMBING)
+            ranks = np.asarray([dealt[int(c)] for c in sel], dtype=np.int64)
+        else:
+            while (c := star.ask(PLUMBING)) != NO_CLIENT:
+                mine.append(c)
+                updates.append(update(c, w, t))
+            ranks = np.empty(len(sel), dtype=np.int64)
+        ranks = star.bcast(ranks, PLUMBING)  # where each client trained, for every rank
+        return dict(zip((int(c) for c in sel), ranks.tolist(), strict=True)), mine, updates
 
     def _share_states(self, where: dict[int, int]) -> None:
         """Every worker gets the private state of each client in ``where`` from the
@@ -340,7 +369,11 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     rounds = Rounds(cfg, star, runner, run_dir, task)
     per_rank = -(-fc.clients // star.n_workers)
     moves = rounds.moves
-    placed = "balanced placement (every worker holds every client)" if moves else "static placement"
+    placed = (
+        f"{fc.placement} placement (every worker holds every client)"
+        if moves
+        else "static placement"
+    )
     world.log(
         f"fedsheaf: {cfg.algorithm} '{cfg.name}': {fc.clients} clients on {star.n_workers} "
         f"worker rank{'s' if star.n_workers > 1 else ''} (up to {per_rank} per rank), "
@@ -365,7 +398,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         "seed": cfg.seed,
         "n_clients": fc.clients,
         "n_workers": star.n_workers,
-        "placement": "balanced" if moves else "static",  # what ran (see moves_clients)
+        "placement": fc.placement if moves else "static",  # what ran (see moves_clients)
         "shared": algorithm.shared,
         "shared_params": runner.shared.size,
         "schedule": algorithm.describe(),
@@ -384,7 +417,7 @@ def build_runner(cfg: ExperimentConfig, world: World, task: Task, star: Star) ->
     """This rank's clients' data, on its device, and the runner that trains them.
 
     A worker loads its home clients, or every client when the placement may move
-    clients (balanced, ``1 < W < clients``); the server loads none.
+    clients (dynamic or balanced, ``1 < W < clients``); the server loads none.
     """
     fc = cfg.federated
     home = hosted_clients(world.rank, fc.clients, star.n_workers)

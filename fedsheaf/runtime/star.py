@@ -5,7 +5,9 @@ contiguous numpy buffers (float32 parameter vectors, int64 client ids, float64
 reports) through ``Ibcast`` and ``Igatherv``, never as pickles. The workers can
 also share rows among themselves (``Iallgatherv`` on a workers-only
 communicator; the server takes no part): the runtime's own plumbing, e.g.
-private client state that follows a client to another worker. Waiting ranks
+private client state that follows a client to another worker. Under dynamic
+placement the server deals client ids one at a time to the worker that asks
+(``Send``/``Irecv`` of one int64 each way). Waiting ranks
 poll the request and sleep between polls, so a server waiting for minutes of
 client training, or a worker waiting for slower workers, does not spin a core
 (important when ranks outnumber cores).
@@ -27,6 +29,10 @@ from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
 SERVER = 0
+#: Point-to-point tags of dynamic dealing (a worker asks, the server gives a client id).
+TAG_ASK, TAG_GIVE = 11, 12
+#: What the server gives a worker when no client is left this round.
+NO_CLIENT = -1
 
 
 class Star:
@@ -55,11 +61,44 @@ class Star:
     def n_workers(self) -> int:
         return self.size - 1
 
-    def _wait(self, req: MPI.Request) -> None:
+    def _wait(self, req: MPI.Request, status: MPI.Status | None = None) -> None:
         delay = 1e-5
-        while not req.Test():
+        while not req.Test(status):
             time.sleep(delay)
             delay = min(2 * delay, self.poll_max)
+
+    def deal(self, order: Sequence[int], kind: str) -> dict[int, int]:
+        """Server: hand out ``order`` one client at a time, each to the first worker
+        that asks (:meth:`ask`), then :data:`NO_CLIENT` to every worker once.
+
+        Returns client id -> the rank that asked for it. Every worker must ask until
+        it gets :data:`NO_CLIENT`, or the server waits for it.
+        """
+        if not self.is_server:
+            raise RuntimeError("deal runs on the server")
+        left, where, done = list(order), {}, 0
+        ask, give = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        while done < self.n_workers:
+            status = MPI.Status()
+            self._wait(self.comm.Irecv([ask, MPI.INT64_T], MPI.ANY_SOURCE, TAG_ASK), status)
+            worker = status.Get_source()
+            give[0] = left.pop(0) if left else NO_CLIENT
+            if give[0] == NO_CLIENT:
+                done += 1
+            else:
+                where[int(give[0])] = worker
+            self.comm.Send([give, MPI.INT64_T], dest=worker, tag=TAG_GIVE)
+            self.bytes[f"{kind}_down"] += give.nbytes
+            self.bytes[f"{kind}_up"] += ask.nbytes
+        return where
+
+    def ask(self, kind: str) -> int:
+        """Worker: the next client to train this round, or :data:`NO_CLIENT`."""
+        ask, give = np.zeros(1, dtype=np.int64), np.empty(1, dtype=np.int64)
+        self.comm.Send([ask, MPI.INT64_T], dest=SERVER, tag=TAG_ASK)
+        self._wait(self.comm.Irecv([give, MPI.INT64_T], SERVER, TAG_GIVE))
+        self.bytes[f"{kind}_sent"] += ask.nbytes
+        return int(give[0])
 
     def bcast(self, buf: np.ndarray, kind: str) -> np.ndarray:
         """Broadcast the server's ``buf`` into every rank's ``buf`` (same shape, dtype).

@@ -122,6 +122,10 @@ def _ranks(ranks: list[int]) -> str:
 def choose_device(preference: str, local_rank: int) -> torch.device:
     """CUDA device by node-local rank when GPUs exist (and allowed), else CPU."""
     if preference != "cpu" and torch.cuda.is_available():
+        # same config + seed => same numbers on a GPU too: no autotuned or atomics-based
+        # cuDNN kernels (tests/gpu checks two runs for equality)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     if preference == "cuda":
         raise FedsheafError("train.device=cuda but no CUDA device is visible on this node")

@@ -107,15 +107,18 @@ def test_lost_rank_and_diverged_agent_stop_the_job(tmp_path):
     assert not (run / "summary.json").exists()
 
 
-def test_diverged_client_stops_a_server_based_run(tmp_path, fmnist_root):
+@pytest.mark.parametrize("placement", ["balanced", "dynamic"])
+def test_diverged_client_stops_a_server_based_run(tmp_path, fmnist_root, placement):
     """FedRep at np = 3: two good rounds (checkpointed), then a resume with an absurd
     learning rate: a client's loss turns NaN in round 3 on a worker while the server
-    waits in its gather; the job ends at once, non-zero, naming rank, client and cause,
-    and the checkpoint after round 2 stays the newest."""
+    waits (in its gather, or dealing clients under dynamic placement); the job ends
+    at once, non-zero, naming rank, client and cause, and the checkpoint after round
+    2 stays the newest."""
     from tests.mpi.test_resume_server import _config, _fedrep
 
     cfg = _fedrep(fmnist_root)
     cfg["federated"]["rounds"] = 2
+    cfg["federated"]["placement"] = placement
     path = _config(tmp_path, cfg)
     run = tmp_path / "runs" / "diverge"
     base = ["-m", "fedsheaf", "run"]

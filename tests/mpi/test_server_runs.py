@@ -5,9 +5,9 @@ One tiny FedRep configuration (FashionMNIST, first 2,000 images of each split,
 np=4 (three workers hosting 4/3/3). Because the server averages in client-id
 order and every random choice is keyed by (seed, client, round), the two runs
 must produce identical metrics -- which also shows that the same config and
-seed give the same metrics twice. The np=4 runs use balanced placement (the
-default: sampled clients move to the least-loaded worker, their private heads
-follow them); static placement must give the same metrics.
+seed give the same metrics twice. The np=4 run uses dynamic placement (the
+default: the server hands sampled clients to whichever worker asks, their private
+heads follow them); balanced and static placement must give the same metrics.
 """
 
 import json
@@ -74,21 +74,26 @@ def _comparable(records):
 def test_fedrep_results_do_not_depend_on_the_rank_count(mpirun, tmp_path, fmnist_root):
     cfg = _config(tmp_path, fmnist_root)
     procs: dict = {n: _run(mpirun, n, cfg, f"output.name=np{n}") for n in (2, 4)}
-    procs["static"] = _run(mpirun, 4, cfg, "output.name=static", "federated.placement=static")
+    for placement in ("static", "balanced"):
+        procs[placement] = _run(
+            mpirun, 4, cfg, f"output.name={placement}", f"federated.placement={placement}"
+        )
     for proc in procs.values():
         assert proc.returncode == 0, proc.stderr
     out = procs[4].stdout
     assert "10 clients on 3 worker ranks (up to 4 per rank)" in out
     assert "10 clients on 1 worker rank (up to 10 per rank)" in procs[2].stdout
-    assert "balanced placement (every worker holds every client)" in out
+    assert "dynamic placement (every worker holds every client)" in out
+    assert "balanced placement (every worker holds every client)" in procs["balanced"].stdout
     assert "static placement" in procs["static"].stdout and "static placement" in procs[2].stdout
     assert out.count("round    1/3") == 1 and out.count("final round  loss") == 1  # rank 0 logs
-    m2, m4, ms = (
+    m2, m4, ms, mb = (
         read_metrics(tmp_path / "runs" / name / "metrics.jsonl")
-        for name in ("np2", "np4", "static")
+        for name in ("np2", "np4", "static", "balanced")
     )
     assert _comparable(m2) == _comparable(m4)
-    _check_placements_agree(m4, ms)
+    _check_dynamic_agrees(m4, ms)
+    _check_placements_agree(mb, ms)
     assert [r["round"] for r in m4] == [1, 2, 3, 4] and [r["final"] for r in m4][-1]
     assert "acc" not in m4[0] and all("acc" in r for r in m4[1:])  # eval_every=2, eval_last=2
     for r in m4[:ROUNDS]:
@@ -107,6 +112,25 @@ def test_fedrep_results_do_not_depend_on_the_rank_count(mpirun, tmp_path, fmnist
     assert 0.0 <= summary["score"] <= 1.0
     resolved = yaml.safe_load((tmp_path / "runs" / "np4" / "config.yaml").read_text())
     assert resolved["federated"]["clients"] == CLIENTS and resolved["algorithm"] == "fedrep"
+
+
+def _check_dynamic_agrees(dynamic, static):
+    """Dynamic placement: who trains which client depends on timing, the results do
+    not; the server counts each worker's asks and its answers as placement bytes."""
+    assert _comparable(dynamic) == _comparable(static)
+    workers = 3
+    for r, s in zip(dynamic, static, strict=True):
+        assert (r["bytes_up"], r["bytes_down"]) == (s["bytes_up"], s["bytes_down"])
+        plumbing = {k: v for k, v in r["bytes"].items() if k.startswith("placement")}
+        assert {k: v for k, v in r["bytes"].items() if k not in plumbing} == s["bytes"]
+        if r["final"]:
+            assert not plumbing  # the final round trains every client at home
+            continue
+        asks = (SELECTED + workers) * 8  # one per client, one "none left" per worker
+        sizes = CLIENTS * 2 * 8 if r["round"] == 1 else 0  # [client, n_train], once
+        assert plumbing["placement_up"] == asks + sizes
+        assert plumbing["placement_down"] == asks + workers * SELECTED * 8  # + where, Bcast
+        assert plumbing["placement_between_workers"] == 2 * SELECTED * HEAD * 4
 
 
 def _check_placements_agree(balanced, static):

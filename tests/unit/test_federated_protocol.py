@@ -11,6 +11,7 @@ from fedsheaf.algorithms.federated.protocol import (
     average,
     balanced_placement,
     client_rank,
+    dispatch_order,
     hosted_clients,
     moves_clients,
     n_selected,
@@ -109,11 +110,19 @@ def test_balanced_placement_evens_out_an_unlucky_sample():
         balanced_placement([1, 1], work, 2)
 
 
-def test_only_balanced_placement_with_fewer_workers_than_clients_moves_clients():
-    assert moves_clients("balanced", 4, 100)
+def test_only_balanced_or_dynamic_placement_with_fewer_workers_than_clients_moves_clients():
+    assert moves_clients("balanced", 4, 100) and moves_clients("dynamic", 4, 100)
     assert not moves_clients("static", 4, 100)
     assert not moves_clients("balanced", 1, 100)  # one worker: nothing to balance
-    assert not moves_clients("balanced", 100, 100)  # one client per worker
+    assert not moves_clients("dynamic", 100, 100)  # one client per worker
+
+
+def test_dispatch_order_is_longest_first_ties_by_id():
+    work = [3.0, 5.0, 3.0, 1.0, 5.0]
+    assert dispatch_order([0, 1, 2, 3, 4], work) == [1, 4, 0, 2, 3]
+    assert dispatch_order(np.array([3, 2, 0]), work) == [0, 2, 3]
+    with pytest.raises(ValueError, match="decided while the round runs"):
+        place_clients([0, 1], 2, "dynamic", work)
 
 
 @settings(max_examples=80, deadline=None)

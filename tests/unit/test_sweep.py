@@ -151,3 +151,18 @@ def test_local_runs_skip_finished_and_resume_interrupted(tmp_path):
     ).runs[0]
     Path(hub.dir).mkdir(parents=True)
     assert restart_overrides(hub, force=False) == ["checkpoint.resume=true"]
+
+
+def test_local_launcher_honours_fedsheaf_mpiexec(monkeypatch, tmp_path):
+    from fedsheaf.sweep import local_launcher
+
+    fake = tmp_path / "mpiexec"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("FEDSHEAF_MPIEXEC", str(fake))
+    cmd, env = local_launcher(10_000)
+    assert cmd[0] == str(fake) and "--oversubscribe" in cmd
+    assert cmd[-2:] == ["-n", "{n}"] and env["FEDSHEAF_THREADS"] == "1"
+    monkeypatch.setenv("FEDSHEAF_MPIEXEC", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="FEDSHEAF_MPIEXEC=.*missing is not an executable"):
+        local_launcher(1)

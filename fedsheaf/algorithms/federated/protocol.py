@@ -3,7 +3,9 @@
 * how many and which clients take part in a round (seeded, per round);
 * where client ``c`` lives (its *home*): rank ``1 + c mod W`` with W worker ranks;
 * which rank trains each sampled client this round (:func:`place_clients`): its
-  home (``static``), or longest-first to the least-loaded rank (``balanced``);
+  home (``static``), or longest-first to the least-loaded rank (``balanced``); for
+  ``dynamic`` the server deals :func:`dispatch_order` to whichever worker asks first
+  (the runtime does that, over MPI);
 * the (weighted) average of the uploaded vectors.
 """
 
@@ -62,10 +64,21 @@ def rows_per_rank(
 def moves_clients(placement: str, n_workers: int, n_clients: int) -> bool:
     """Whether ``placement`` may train a client away from its home rank.
 
-    Only ``balanced`` with ``1 < W < clients``: one worker, or one client per
-    worker, leaves nothing to balance (each sampled client has a rank to itself).
+    Only ``balanced`` or ``dynamic`` with ``1 < W < clients``: one worker, or one
+    client per worker, leaves nothing to balance (each sampled client has a rank to
+    itself).
     """
-    return placement == "balanced" and 1 < n_workers < n_clients
+    return placement in ("balanced", "dynamic") and 1 < n_workers < n_clients
+
+
+def dispatch_order(clients: Iterable[int], work: Sequence[float] | np.ndarray) -> list[int]:
+    """``clients`` longest first (decreasing ``work[c]``), ties by client id.
+
+    The order in which :func:`balanced_placement` deals clients, and the order in
+    which the server hands them out under ``dynamic`` placement: longest first keeps
+    the last, unpredictable gap short.
+    """
+    return sorted((int(c) for c in clients), key=lambda c: (-float(work[c]), c))
 
 
 def balanced_placement(
@@ -89,7 +102,7 @@ def balanced_placement(
     ids = [int(c) for c in clients]
     if len(set(ids)) != len(ids):
         raise ValueError(f"clients must be distinct, got {ids}")
-    order = sorted(ids, key=lambda c: (-float(work[c]), c))
+    order = dispatch_order(ids, work)
     loads = [(0.0, rank) for rank in range(1, n_workers + 1)]  # a heap: least load, then rank
     out: dict[int, int] = {}
     for c in order:
@@ -116,6 +129,8 @@ def place_clients(
         if work is None:
             raise ValueError("balanced placement needs every client's work")
         return balanced_placement(clients, work, n_workers)
+    if placement == "dynamic":
+        raise ValueError("dynamic placement is decided while the round runs, not ahead")
     raise ValueError(f"placement must be 'static' or 'balanced', got {placement!r}")
 
 

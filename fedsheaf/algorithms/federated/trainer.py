@@ -4,7 +4,7 @@ One rank may host many clients; they take turns in one model. A client's
 *state* is its private parameters (those not shared); before a client trains
 or is evaluated, the model is loaded with the broadcast shared vector and the
 client's own private parameters. A rank may hold more clients than it is *home*
-to (balanced placement: any worker may train any client); it evaluates and
+to (dynamic or balanced placement: any worker may train any client); it evaluates and
 checkpoints its home clients only, and the runtime keeps the other clients'
 states current with :meth:`ClientRunner.private_rows` /
 :meth:`ClientRunner.load_private_rows`. A local update runs the algorithm's schedule

@@ -1,0 +1,65 @@
+"""On a CUDA machine: agents on the GPU build, compute and train as on the CPU.
+
+Skipped where no CUDA device is visible (CI has none); run on a GPU node with
+``run/test.sh tests/gpu``. The decentralized run puts 4 real ranks on one GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedsheaf import experiment
+from fedsheaf.config import load_config
+from fedsheaf.results import read_metrics
+from tests.conftest import untimed
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+QUICK = ["train.epochs=2", "train.steps_per_epoch=4", "train.eval_every=1"]
+
+
+def test_agent_models_match_between_cpu_and_gpu():
+    """Same initial weights on both devices; eval-mode outputs agree to TF32 precision."""
+    cfg = load_config("configs/quickstart.yaml", [])
+    ds, part = experiment.load_and_partition(cfg)
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
+    for agent in range(len(cfg.agents)):
+        m_cpu = experiment.agent_model(cfg, ds, agent, cpu).eval()
+        m_gpu = experiment.agent_model(cfg, ds, agent, gpu).eval()
+        pairs = zip(m_cpu.state_dict().items(), m_gpu.state_dict().values(), strict=True)
+        for (name, a), b in pairs:
+            assert b.device.type == "cuda"
+            assert torch.equal(a, b.cpu()), name
+        x = experiment.agent_data(ds, part, agent, cpu).x_train[:64]
+        with torch.no_grad():
+            ref, out = m_cpu(x), m_gpu(x.to(gpu)).cpu()
+        assert torch.linalg.norm(out - ref) <= 1e-3 * torch.linalg.norm(ref)
+
+
+@pytest.mark.mpi
+def test_quickstart_on_one_gpu_completes_and_is_deterministic(mpirun, tmp_path):
+    """4 ranks share cuda:0; two runs with one seed give identical metrics."""
+    runs = [
+        mpirun(
+            4,
+            [
+                "-m",
+                "fedsheaf",
+                "run",
+                "configs/quickstart.yaml",
+                "train.device=cuda",
+                f"output.dir={tmp_path}",
+                f"output.name=r{k}",
+                *QUICK,
+            ],
+            timeout=300,
+        )
+        for k in range(2)
+    ]
+    for proc in runs:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "device cuda:0" in runs[0].stdout
+    first, second = (read_metrics(tmp_path / f"r{k}" / "metrics.jsonl") for k in range(2))
+    assert len(first) == 2
+    assert untimed(first) == untimed(second)
