@@ -17,6 +17,7 @@ log=${FAKE_SRUN_LOG:?}
 printf '%s\\n' "$@" > "$log"
 echo "FEDSHEAF_THREADS=${FEDSHEAF_THREADS:-}" > "$log.env"
 echo "PWD=$(pwd)" >> "$log.env"
+echo "CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-}" >> "$log.env"
 exit "${FAKE_SRUN_EXIT:-0}"
 """
 
@@ -181,3 +182,20 @@ def test_fedrep_script_passes_config_and_algorithm(fake_srun):
     assert "checkpoint.resume=true" in cmd  # a requeued job continues
     _, argv = fake_srun("fedrep_100clients.sbatch", RESUME="false", SLURM_NTASKS="101")
     assert not any(a.startswith("checkpoint.resume") for a in argv)
+
+
+def test_study15_with_mps_wraps_srun_in_a_daemon(fake_srun, tmp_path):
+    from tests.unit.test_mps_wrapper import install_fake_mps
+
+    install_fake_mps(tmp_path / "bin")
+    proc, argv = fake_srun("study15.sbatch", MPS="true", FAKE_MPS_LOG=str(tmp_path / "mps.log"))
+    assert proc.returncode == 0, proc.stderr
+    assert "mps=true" in proc.stdout and argv[:3] == ["--mpi=pmix", "-n", "15"]
+    env = fake_srun.log.with_name("srun.log.env").read_text()
+    pipe = next(ln.split("=", 1)[1] for ln in env.splitlines() if ln.startswith("CUDA_MPS_PIPE"))
+    assert pipe.endswith("/pipe")
+    calls = (tmp_path / "mps.log").read_text().splitlines()
+    assert calls[0].startswith(f"start pipe={pipe}") and calls[1] == f"cmd quit pipe={pipe}"
+    proc, _ = fake_srun("study15.sbatch")  # default: no daemon
+    assert "mps=false" in proc.stdout
+    assert "CUDA_MPS_PIPE_DIRECTORY=\n" in fake_srun.log.with_name("srun.log.env").read_text()
