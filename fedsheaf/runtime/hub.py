@@ -74,6 +74,7 @@ def _agent_world(world: World, comm: Any) -> World:
         local_rank=world.local_rank,
         local_size=world.local_size,
         device=world.device,
+        first_rank=1,
     )
 
 

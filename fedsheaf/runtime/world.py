@@ -63,6 +63,9 @@ class World:
     local_rank: int
     local_size: int
     device: torch.device
+    #: World rank of this communicator's rank 0 (a sub-world, e.g. the agents of a hub
+    #: run, names ranks in messages as the job does).
+    first_rank: int = 0
 
     @property
     def is_root(self) -> bool:
@@ -108,7 +111,8 @@ class World:
                     if e is not None:
                         by_msg.setdefault(e, []).append(r)
                 for msg, ranks in by_msg.items():
-                    where = "" if len(ranks) == self.size else f" (rank {_ranks(ranks)})"
+                    shown = [r + self.first_rank for r in ranks]
+                    where = "" if len(ranks) == self.size else f" (rank {_ranks(shown)})"
                     sys.stderr.write(f"fedsheaf: error{where}: {msg}\n")
                 sys.stderr.flush()
             raise UserErrorExit(USER_ERROR_EXIT)

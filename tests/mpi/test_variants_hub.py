@@ -110,6 +110,7 @@ def test_fedproto_and_fedmuscle_with_a_server_rank_and_resume(tmp_path):
     proc = run_mpi(4, bad, timeout=120)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.count("checkpoint does not fit this model/config") == 1, proc.stderr
+    assert "error (rank 1): agent 0: checkpoint does not fit" in proc.stderr  # world rank
     assert "Traceback" not in proc.stderr
     assert checkpoint.latest(fedproto, 4).epoch == EPOCHS  # left as it was
     # per agent: class sums + counts (C x (D+1) float32) once per epoch
