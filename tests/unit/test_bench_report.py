@@ -145,3 +145,26 @@ def test_markdown_and_json_are_written(tmp_path: Path) -> None:
     assert loaded["targets"] == evaluate(doc)
     assert md_path.read_text() == md + "\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "t.md"]  # no temp files
+
+
+def test_gpu_speedup_says_whether_the_ranks_shared_the_gpu_through_mps() -> None:
+    doc = document("cuda:0")
+    speedup = doc["results"]["speedup"][0]
+    assert "MPS" not in render_markdown(doc) and "time slices" not in render_markdown(doc)
+    speedup.update(device="cuda", mps=None)
+    assert "No MPS daemon: the ranks' CUDA contexts took the GPU in time slices" in (
+        render_markdown(doc)
+    )
+    speedup["mps"] = "/tmp/pipe"
+    assert "shared the GPU through MPS (pipe /tmp/pipe)" in render_markdown(doc)
+    speedup.update(device="cpu", mps=None)
+    assert "MPS" not in render_markdown(doc)
+
+
+def test_mps_pipe_is_found_only_where_a_control_pipe_exists(tmp_path, monkeypatch) -> None:
+    from fedsheaf.bench.ranks import mps_pipe
+
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
+    assert mps_pipe() is None
+    (tmp_path / "control").touch()
+    assert mps_pipe() == str(tmp_path)
