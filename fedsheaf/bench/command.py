@@ -194,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not Path("configs").is_dir():
         raise ConfigError("run fedsheaf bench from the repository root (no configs/ here)")
+    if args.budget is not None and args.budget <= 0:
+        raise ConfigError(f"--budget must be a positive number of seconds, got {args.budget}")
     cases = args.cases or list(CASE_NAMES)
     device = _device(args.device)
     notes = []

@@ -47,6 +47,8 @@ def test_only_on_the_command_line():
     assert bad.returncode != 0
     assert "--only: no launch ['nope']" in bad.stderr
     assert "Traceback" not in bad.stderr
+    bad = bench("overhead", "--budget", "0", "--dry-run")
+    assert bad.returncode != 0 and "--budget must be a positive number" in bad.stderr
 
 
 def test_budget_stops_the_running_launch_skips_the_rest_and_writes_the_summary(tmp_path):

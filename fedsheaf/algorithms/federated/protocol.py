@@ -131,7 +131,7 @@ def place_clients(
         return balanced_placement(clients, work, n_workers)
     if placement == "dynamic":
         raise ValueError("dynamic placement is decided while the round runs, not ahead")
-    raise ValueError(f"placement must be 'static' or 'balanced', got {placement!r}")
+    raise ValueError(f"placement must be 'static', 'balanced' or 'dynamic', got {placement!r}")
 
 
 def average(updates: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
