@@ -267,13 +267,18 @@ def write_manifest(study: Study) -> Path:
     return path
 
 
-def local_launcher(ranks: int) -> tuple[list[str], dict[str, str]]:
-    """$FEDSHEAF_MPIEXEC, else mpiexec beside this Python, else on PATH; with the flags a
-    small machine needs."""
+def find_mpiexec() -> str | None:
+    """$FEDSHEAF_MPIEXEC, else mpiexec beside this Python, else the first on PATH."""
+    named = os.environ.get("FEDSHEAF_MPIEXEC")
+    if named:
+        return named
     here = Path(sys.executable).parent / "mpiexec"
-    mpiexec = os.environ.get("FEDSHEAF_MPIEXEC") or (
-        str(here) if here.exists() else shutil.which("mpiexec")
-    )
+    return str(here) if here.exists() else shutil.which("mpiexec")
+
+
+def local_launcher(ranks: int) -> tuple[list[str], dict[str, str]]:
+    """:func:`find_mpiexec`'s mpiexec with the flags a small machine needs."""
+    mpiexec = find_mpiexec()
     if mpiexec is None:
         raise ConfigError("no mpiexec found (run run/install.sh, or load your site MPI module)")
     if not (Path(mpiexec).is_file() or shutil.which(mpiexec)):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -11,14 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from fedsheaf.sweep import find_mpiexec
+
 REPO = Path(__file__).resolve().parents[1]
-#: $FEDSHEAF_MPIEXEC, else mpiexec beside this Python (the venv's Open MPI wheel), else
-#: the one on PATH (a site MPI): the order `fedsheaf sweep`/`bench` use
-MPIEXEC = Path(sys.executable).parent / "mpiexec"
-if os.environ.get("FEDSHEAF_MPIEXEC"):
-    MPIEXEC = Path(os.environ["FEDSHEAF_MPIEXEC"])
-elif not MPIEXEC.exists() and shutil.which("mpiexec"):
-    MPIEXEC = Path(str(shutil.which("mpiexec")))
+#: The mpiexec `fedsheaf sweep`/`bench` would start (FEDSHEAF_MPIEXEC, beside this Python,
+#: on PATH); where there is none, the path beside this Python names it in skip messages.
+MPIEXEC = Path(find_mpiexec() or Path(sys.executable).parent / "mpiexec")
 
 
 def shared_data_root() -> Path | None:
