@@ -42,6 +42,7 @@ import yaml
 
 from fedsheaf.config import HUB_BASED, load_config, read_yaml
 from fedsheaf.errors import ConfigError
+from fedsheaf.hostinfo import launch_flags
 from fedsheaf.results import atomic_write_json, atomic_write_text
 
 STUDY_KEYS = ("study", "config", "output", "seeds", "set", "axis", "methods")
@@ -283,15 +284,9 @@ def local_launcher(ranks: int) -> tuple[list[str], dict[str, str]]:
         raise ConfigError("no mpiexec found (run run/install.sh, or load your site MPI module)")
     if not (Path(mpiexec).is_file() or shutil.which(mpiexec)):
         raise ConfigError(f"FEDSHEAF_MPIEXEC={mpiexec} is not an executable")
-    env = dict(os.environ)
-    cmd = [mpiexec]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if ranks > (cores or 1):
-        cmd.append("--oversubscribe")
-        env.setdefault("FEDSHEAF_THREADS", "1")
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    return [*cmd, "-n", "{n}"], env
+    flags, extra = launch_flags(ranks)
+    env = {**os.environ, **extra}
+    return [mpiexec, *flags, "-n", "{n}"], env
 
 
 def restart_overrides(run: Run, force: bool) -> list[str] | None:

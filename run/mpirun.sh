@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Local launcher: run/mpirun.sh N COMMAND... runs COMMAND on N MPI ranks with the
 # flags a laptop or CI box needs: --oversubscribe and one torch thread per rank
-# when N exceeds the cores, and Open MPI's run-as-root permission when root.
+# when N exceeds the physical cores (Open MPI's slots: hardware threads do not
+# count), and Open MPI's run-as-root permission when root.
 #   run/mpirun.sh 4 fedsheaf run configs/quickstart.yaml seed=3
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -17,7 +18,9 @@ if [ -z "$mpiexec" ]; then
   exit 2
 fi
 flags=()
-cores=$(nproc 2>/dev/null || echo 1)
+py="$here/.venv/bin/python"; [ -x "$py" ] || py=python3
+cores=$("$py" -c 'from fedsheaf.hostinfo import physical_cores; print(physical_cores())' 2>/dev/null \
+  || nproc 2>/dev/null || echo 1)
 if [ "$n" -gt "$cores" ]; then
   flags+=(--oversubscribe)
   export FEDSHEAF_THREADS=${FEDSHEAF_THREADS:-1}
@@ -25,4 +28,4 @@ fi
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
-exec "$mpiexec" "${flags[@]}" -n "$n" "$@"
+exec "$mpiexec" ${flags[@]+"${flags[@]}"} -n "$n" "$@"

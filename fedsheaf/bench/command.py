@@ -56,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--launcher",
         help="launch template with {n}, e.g. 'srun -n {n}' (default: mpiexec beside this "
-        "Python, with --oversubscribe when ranks exceed cores)",
+        "Python, with --oversubscribe when ranks exceed physical cores)",
     )
     parser.add_argument("--timeout", type=float, help="seconds per launch (default 900)")
     parser.add_argument(

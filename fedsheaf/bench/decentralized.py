@@ -45,7 +45,6 @@ from fedsheaf.bench.ranks import (
     Silent,
     idle_barrier,
     mps_pipe,
-    node_cores,
     sync,
 )
 from fedsheaf.bench.timer import PhaseTimer
@@ -53,6 +52,7 @@ from fedsheaf.config import ExperimentConfig, apply_overrides, load_config, read
 from fedsheaf.data.partition import Partition
 from fedsheaf.data.sources import Dataset
 from fedsheaf.graphs import Graph, ring
+from fedsheaf.hostinfo import usable_cpus
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import World
 from fedsheaf.schema import build
@@ -278,7 +278,7 @@ def speedup(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
         else []
     )
     threads_parallel = torch.get_num_threads()
-    threads_sequential = int(spec.get("sequential_threads") or node_cores())
+    threads_sequential = int(spec.get("sequential_threads") or usable_cpus())
     epochs = Epochs(world.comm, world.device)
     seq_epoch = [0]
 

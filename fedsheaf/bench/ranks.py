@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fedsheaf.hostinfo import usable_cpus
+
 if TYPE_CHECKING:
     from fedsheaf.runtime.world import World
 
@@ -74,13 +76,6 @@ class NoNeighbours:
         return {}
 
 
-def node_cores() -> int:
-    """CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def mps_pipe() -> str | None:
     """The CUDA MPS control pipe this process would join, if an MPS daemon runs.
 
@@ -97,7 +92,7 @@ def environment(world: World) -> dict[str, Any]:
     device = world.device
     info: dict[str, Any] = {
         "host": platform.node(),
-        "cores": node_cores(),
+        "cores": usable_cpus(),
         "ranks": world.size,
         "ranks_on_node": world.local_size,
         "torch_threads": torch.get_num_threads(),

@@ -23,6 +23,7 @@ import torch
 from mpi4py import MPI
 
 from fedsheaf.errors import FedsheafError
+from fedsheaf.hostinfo import usable_cpus
 
 T = TypeVar("T")
 USER_ERROR_EXIT = 2
@@ -139,8 +140,7 @@ def choose_device(preference: str, local_rank: int) -> torch.device:
 def set_threads(local_size: int) -> int:
     """One share of the node's cores per local rank (at least one thread)."""
     env = os.environ.get("FEDSHEAF_THREADS")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    threads = int(env) if env else max(1, (cores or 1) // max(1, local_size))
+    threads = int(env) if env else max(1, usable_cpus() // max(1, local_size))
     torch.set_num_threads(threads)
     return threads
 

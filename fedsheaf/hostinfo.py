@@ -1,0 +1,64 @@
+"""What this host offers the ranks: the CPUs a process may use and the cores behind them.
+
+Open MPI 5 (through hwloc) gives a node one slot per *core*, not per hardware thread,
+and refuses ``mpiexec -n N`` beyond the slots unless ``--oversubscribe``. On a laptop
+with SMT (say 4 cores, 8 threads) ``mpiexec -n 8`` is refused although 8 CPUs are
+online, so a launcher must compare the rank count with :func:`physical_cores`, not with
+:func:`usable_cpus`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+SYSFS_CPUS = Path("/sys/devices/system/cpu")
+
+
+def usable_cpu_ids() -> list[int]:
+    """Logical CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def usable_cpus() -> int:
+    """How many logical CPUs this process may run on (at least 1)."""
+    return max(1, len(usable_cpu_ids()))
+
+
+def physical_cores(cpus: list[int] | None = None, sysfs: Path = SYSFS_CPUS) -> int:
+    """Distinct physical cores among ``cpus`` (default: :func:`usable_cpu_ids`).
+
+    A core is a (package, core id) pair from Linux's
+    ``<sysfs>/cpu<N>/topology/{physical_package_id,core_id}``. Where that topology
+    cannot be read (not Linux, a container hiding ``/sys``), every CPU counts as a
+    core, which is what the OS reports and never more than the truth allows.
+    """
+    ids = usable_cpu_ids() if cpus is None else cpus
+    cores = set()
+    for cpu in ids:
+        topology = sysfs / f"cpu{cpu}" / "topology"
+        try:
+            package = (topology / "physical_package_id").read_text().strip()
+            core = (topology / "core_id").read_text().strip()
+        except OSError:
+            return max(1, len(ids))
+        cores.add((package, core))
+    return max(1, len(cores))
+
+
+def launch_flags(ranks: int) -> tuple[list[str], dict[str, str]]:
+    """The ``mpiexec`` flags and environment a local launch of ``ranks`` ranks needs.
+
+    ``--oversubscribe`` (and one torch thread per rank) beyond the physical cores, so
+    Open MPI does not refuse the launch; Open MPI's run-as-root permission as root.
+    """
+    flags: list[str] = []
+    env: dict[str, str] = {}
+    if ranks > physical_cores():
+        flags.append("--oversubscribe")
+        env["FEDSHEAF_THREADS"] = os.environ.get("FEDSHEAF_THREADS", "1")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return flags, env
