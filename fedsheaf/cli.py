@@ -1,4 +1,4 @@
-"""The ``fedsheaf`` command line: run, graph, ufm, fedrep-linear, sweep, report, bench."""
+"""The ``fedsheaf`` command line: run, graph, keys, sweep, report, watch, ufm, bench, …"""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def _run(args: argparse.Namespace) -> int:
 # name, module, its configure(parser) and run(args) functions, help text
 SUBCOMMANDS = [
     ("graph", "fedsheaf.graph_command", "configure", "run", "build or inspect graph files"),
+    ("keys", "fedsheaf.keys_command", "configure", "run", "list config keys and their meaning"),
     ("sweep", "fedsheaf.sweep", "configure", "run", "expand a study into runs; run or list them"),
     (
         "report",

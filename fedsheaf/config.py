@@ -24,7 +24,6 @@ DECENTRALIZED = ("sheaf_frl", "noncoop", "comfed", "sheaf_fmtl")
 HUB_BASED = ("fedproto", "fedmuscle")
 SERVER_BASED = ("fedavg", "fedavg_ft", "fedrep", "fedper", "lg_fedavg", "local", "head_fedavg")
 ALGORITHMS = DECENTRALIZED + HUB_BASED + SERVER_BASED
-# Algorithms whose runs checkpoint and resume (head_fedavg's server Gram tracker is not saved).
 # Methods that need every agent to have the same latent dimension d.
 EQUAL_DIM_ONLY = ("fedproto", "fedmuscle")
 
@@ -224,7 +223,7 @@ class CheckpointConfig:
 @dataclass
 class OutputConfig:
     dir: str = spec("runs")
-    name: str | None = spec(None, doc="run directory name; default <name>-seed<seed>")
+    name: str | None = spec(None, doc="run directory name; default <name>-<algorithm>-seed<seed>")
     overwrite: bool = spec(False, doc="replace an existing finished run directory")
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ import numpy as np
 import yaml
 
 from fedsheaf.errors import GraphError
+from fedsheaf.results import atomic_write_text
 
 _TOP_KEYS = ("name", "nodes", "edges")
 _NODE_KEYS = ("id", "dim", "classes")
@@ -346,7 +346,6 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], comment: str | None =
     ``comment`` (optional, may span lines) is written as leading ``#`` lines.
     Refuses disconnected graphs, so every saved file loads again.
     """
-    path = Path(path)
     _require_connected(graph, f"graph {graph.name!r}")
     lines = [f"# {c}".rstrip() for c in comment.splitlines()] if comment else []
     lines.append(yaml.safe_dump({"name": graph.name}, width=1_000_000).rstrip("\n"))
@@ -358,17 +357,7 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], comment: str | None =
         lines.append(f"  - {{{node}}}")
     lines.append("edges:" if graph.edges else "edges: []")
     lines.extend(f"  - [{i}, {j}]" for i, j in graph.edges)
-    text = "\n".join(lines) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def load_graph(path: str | os.PathLike[str]) -> Graph:

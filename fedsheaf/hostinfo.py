@@ -1,4 +1,4 @@
-"""What this host offers the ranks: the CPUs a process may use and the cores behind them.
+"""What this host offers local launches: CPUs, the cores behind them, its ``mpiexec``.
 
 Open MPI 5 (through hwloc) gives a node one slot per *core*, not per hardware thread,
 and refuses ``mpiexec -n N`` beyond the slots unless ``--oversubscribe``. On a laptop
@@ -10,7 +10,11 @@ online, so a launcher must compare the rank count with :func:`physical_cores`, n
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from pathlib import Path
+
+from fedsheaf.errors import ConfigError
 
 SYSFS_CPUS = Path("/sys/devices/system/cpu")
 
@@ -62,3 +66,24 @@ def launch_flags(ranks: int) -> tuple[list[str], dict[str, str]]:
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     return flags, env
+
+
+def find_mpiexec() -> str | None:
+    """$FEDSHEAF_MPIEXEC, else mpiexec beside this Python, else the first on PATH."""
+    named = os.environ.get("FEDSHEAF_MPIEXEC")
+    if named:
+        return named
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else shutil.which("mpiexec")
+
+
+def local_launcher(ranks: int) -> tuple[list[str], dict[str, str]]:
+    """:func:`find_mpiexec`'s mpiexec with the flags a small machine needs."""
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        raise ConfigError("no mpiexec found (run run/install.sh, or load your site MPI module)")
+    if not (Path(mpiexec).is_file() or shutil.which(mpiexec)):
+        raise ConfigError(f"FEDSHEAF_MPIEXEC={mpiexec} is not an executable")
+    flags, extra = launch_flags(ranks)
+    env = {**os.environ, **extra}
+    return [mpiexec, *flags, "-n", "{n}"], env

@@ -6,10 +6,7 @@ from typing import Any
 
 from fedsheaf.metrics import network_summary
 from fedsheaf.results import RunDir
-
-
-def _mb(n: float) -> str:
-    return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+from fedsheaf.units import human_bytes
 
 
 class Recorder:
@@ -55,7 +52,7 @@ class Recorder:
         self.history.append(line)
         msg = (
             f"epoch {line['epoch']:>3}/{self.epochs}  loss {line['loss']:.4f}  "
-            f"{line['seconds']:.1f}s  sent {_mb(line['bytes_sent'])}"
+            f"{line['seconds']:.1f}s  sent {human_bytes(line['bytes_sent'], compact=True)}"
         )
         if evaluated:
             self.last = line

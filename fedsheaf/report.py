@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from fedsheaf.errors import ConfigError
-from fedsheaf.results import atomic_write_text
+from fedsheaf.results import atomic_write_text, save_figure
 
 METRICS = ("private_acc", "comm_acc", "comm_acc_deg")
 LAMBDA_FREE = ("noncoop",)
@@ -289,10 +289,7 @@ def plot(rows: list[Row], axis: str, path: Path) -> Path:
         ax.set_ylabel(METRIC_TITLES[metric])
         ax.grid(alpha=0.3)
     axes[0].legend()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def write_report(records: list[RunRecord], out: Path) -> list[Path]:

@@ -27,7 +27,8 @@ import yaml
 
 from fedsheaf.config import SERVER_BASED
 from fedsheaf.errors import ConfigError
-from fedsheaf.results import atomic_write_text, read_metrics, write_atomic
+from fedsheaf.results import atomic_write_text, read_metrics, save_figure
+from fedsheaf.units import human_bytes
 
 DECENTRALIZED_COLS = ("private_acc", "comm_acc", "comm_acc_deg", "score_val")
 SERVER_COLS = ("acc", "score", "final_acc", "test_mse", "gram_err_star")
@@ -173,15 +174,6 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def human_bytes(n: Any) -> str:
-    if not isinstance(n, int | float):
-        return "–"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{int(n)} B"
-
-
 def runs_table_csv(runs: list[RunInfo]) -> str:
     """All runs, both families' metric columns (blank where a family has none)."""
     buf = io.StringIO()
@@ -231,14 +223,6 @@ def _curves(run: RunInfo) -> dict[str, tuple[list[int], list[float]]]:
         if pts:
             out[name] = ([p[0] for p in pts], [p[1] for p in pts])
     return out
-
-
-def _savefig(fig: Any, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    write_atomic(path, lambda fh: fig.savefig(fh, format="png", dpi=110))
-    plt.close(fig)
-    return path
 
 
 def _pyplot() -> Any:
@@ -298,7 +282,7 @@ def plot_learning_curves(runs: list[RunInfo], path: Path) -> Path:
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
     _legend(fig, [handles[i] for i in sorted(handles)], [runs[i].name for i in sorted(handles)])
-    return _savefig(fig, path)
+    return save_figure(fig, path, dpi=110)
 
 
 def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
@@ -321,7 +305,7 @@ def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
         ax.set_yscale("log")
     ax.grid(alpha=0.3)
     _legend(fig, handles, labels)
-    return _savefig(fig, path)
+    return save_figure(fig, path, dpi=110)
 
 
 def write_runs_report(runs: list[RunInfo], out: Path) -> list[Path]:

@@ -20,7 +20,7 @@ from typing import IO, Any
 from fedsheaf.errors import ConfigError
 
 
-def write_atomic(path: str | Path, write: Callable[[IO[bytes]], Any]) -> Path:
+def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]) -> Path:
     """Call ``write(fh)`` on a temporary file beside ``path``, fsync it, rename it over ``path``.
 
     Readers see the old file or the new one, never half of one; a crash leaves
@@ -42,10 +42,44 @@ def write_atomic(path: str | Path, write: Callable[[IO[bytes]], Any]) -> Path:
     return path
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     data = text.encode("utf-8")
     return write_atomic(path, lambda fh: fh.write(data))
+
+
+def save_figure(
+    fig: Any, path: str | os.PathLike[str], *, close: bool = True, **savefig_kwargs: Any
+) -> Path:
+    """Save a matplotlib figure to ``path`` atomically (see :func:`write_atomic`).
+
+    Parameters
+    ----------
+    fig:
+        The matplotlib figure.
+    path:
+        Target file; its suffix (``.png``, ``.pdf``, ``.svg``, ...) picks the format.
+    close:
+        Close the figure afterwards (``plt.close(fig)``), freeing its memory.
+    **savefig_kwargs:
+        Passed on to ``fig.savefig`` (e.g. ``dpi``).
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    path = Path(path)
+    # the temporary file's name ends in .tmp, so name the format explicitly
+    fmt = savefig_kwargs.pop("format", None) or path.suffix.lstrip(".").lower() or "png"
+    try:
+        write_atomic(path, lambda fh: fig.savefig(fh, format=fmt, **savefig_kwargs))
+    finally:
+        if close:
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
+    return path
 
 
 def json_safe(obj: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import json
 import math
 import types
 import typing
@@ -35,8 +36,8 @@ def spec(
     """A dataclass field with validation metadata.
 
     ``lo``/``hi`` bound numbers (``lo_open`` makes the lower bound strict);
-    ``choices`` restricts the value to a fixed set; ``doc`` is shown by
-    ``fedsheaf config --help``-style listings.
+    ``choices`` restricts the value to a fixed set; ``doc`` is what ``fedsheaf keys``
+    lists beside the key (:func:`describe`).
     """
     meta = {"lo": lo, "hi": hi, "choices": choices, "lo_open": lo_open, "doc": doc}
     if isinstance(default, list | dict) or dataclasses.is_dataclass(default):
@@ -170,3 +171,54 @@ def to_dict(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [to_dict(v) for v in obj]
     return obj
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyDoc:
+    """One config key as ``fedsheaf keys`` lists it."""
+
+    key: str
+    type: str
+    default: str
+    allowed: str
+    doc: str
+
+
+def _item_class(tp: Any) -> type | None:
+    """The dataclass a field holds, directly or as ``list[...]`` items (else None)."""
+    if typing.get_origin(tp) is list:
+        (tp,) = typing.get_args(tp)
+    return tp if isinstance(tp, type) and dataclasses.is_dataclass(tp) else None
+
+
+def _allowed(meta: Mapping[str, Any]) -> str:
+    if meta.get("choices"):
+        return " | ".join(str(c) for c in meta["choices"])
+    lo, hi = meta.get("lo"), meta.get("hi")
+    low = "" if lo is None else f"{'>' if meta.get('lo_open') else '>='} {lo}"
+    high = "" if hi is None else f"<= {hi}"
+    return ", ".join(part for part in (low, high) if part)
+
+
+def describe(cls: type, prefix: str = "") -> list[KeyDoc]:
+    """Every leaf key of dataclass ``cls`` (dotted; ``agents[i].x`` for list items)."""
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        key, tp = f"{prefix}{f.name}", hints[f.name]
+        inner = _item_class(tp)
+        if inner is not None:
+            sub = f"{key}[i]." if typing.get_origin(tp) is list else f"{key}."
+            rows.extend(describe(inner, sub))
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = json.dumps(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = json.dumps(f.default_factory())
+        else:
+            default = "(required)"
+        name = _type_name(tp)
+        short = {"an integer": "int", "a number": "float", "a string": "str", "true/false": "bool"}
+        name = short.get(name, name)
+        rows.append(KeyDoc(key, name, default, _allowed(f.metadata), f.metadata.get("doc", "")))
+    return rows

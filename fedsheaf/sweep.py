@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -42,7 +40,7 @@ import yaml
 
 from fedsheaf.config import HUB_BASED, load_config, read_yaml
 from fedsheaf.errors import ConfigError
-from fedsheaf.hostinfo import launch_flags
+from fedsheaf.hostinfo import local_launcher
 from fedsheaf.results import atomic_write_json, atomic_write_text
 
 STUDY_KEYS = ("study", "config", "output", "seeds", "set", "axis", "methods")
@@ -266,27 +264,6 @@ def write_manifest(study: Study) -> Path:
         },
     )
     return path
-
-
-def find_mpiexec() -> str | None:
-    """$FEDSHEAF_MPIEXEC, else mpiexec beside this Python, else the first on PATH."""
-    named = os.environ.get("FEDSHEAF_MPIEXEC")
-    if named:
-        return named
-    here = Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else shutil.which("mpiexec")
-
-
-def local_launcher(ranks: int) -> tuple[list[str], dict[str, str]]:
-    """:func:`find_mpiexec`'s mpiexec with the flags a small machine needs."""
-    mpiexec = find_mpiexec()
-    if mpiexec is None:
-        raise ConfigError("no mpiexec found (run run/install.sh, or load your site MPI module)")
-    if not (Path(mpiexec).is_file() or shutil.which(mpiexec)):
-        raise ConfigError(f"FEDSHEAF_MPIEXEC={mpiexec} is not an executable")
-    flags, extra = launch_flags(ranks)
-    env = {**os.environ, **extra}
-    return [mpiexec, *flags, "-n", "{n}"], env
 
 
 def restart_overrides(run: Run, force: bool) -> list[str] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -19,19 +20,29 @@ import yaml
 
 from fedsheaf.config import SERVER_BASED
 from fedsheaf.errors import ConfigError
-from fedsheaf.report_runs import human_bytes
+from fedsheaf.units import human_bytes
 
 
 class MetricsTail:
-    """Complete JSON records appended to a file since the last :meth:`poll`."""
+    """Complete JSON records appended to a file since the last :meth:`poll`.
+
+    A file that is replaced (a resumed run rewrites ``metrics.jsonl`` up to its
+    checkpoint; ``output.overwrite`` starts it afresh) is read again from its start.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path, self.offset = path, 0
+        self.inode: int | None = None
 
     def poll(self) -> list[dict[str, Any]]:
-        if not self.path.is_file():
+        try:
+            fh = open(self.path, "rb")
+        except (FileNotFoundError, IsADirectoryError):
             return []
-        with open(self.path, "rb") as fh:
+        with fh:
+            stat = os.fstat(fh.fileno())
+            if stat.st_ino != self.inode or stat.st_size < self.offset:
+                self.inode, self.offset = stat.st_ino, 0
             fh.seek(self.offset)
             data = fh.read()
         end = data.rfind(b"\n") + 1  # the bytes after the last newline are not yet a line

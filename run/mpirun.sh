@@ -12,7 +12,7 @@ fi
 n=$1; shift
 case "$n" in ''|*[!0-9]*) echo "run/mpirun.sh: N must be a positive integer, got '$n'" >&2; exit 2;; esac
 PATH="$here/.venv/bin:$PATH"
-mpiexec=${MPIEXEC:-$(command -v mpiexec || true)}
+mpiexec=${FEDSHEAF_MPIEXEC:-${MPIEXEC:-$(command -v mpiexec || true)}}
 if [ -z "$mpiexec" ]; then
   echo "run/mpirun.sh: no mpiexec found (run run/install.sh, or load your site MPI module)" >&2
   exit 2

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf.sweep import find_mpiexec
+from fedsheaf.hostinfo import find_mpiexec
 
 REPO = Path(__file__).resolve().parents[1]
 #: The mpiexec `fedsheaf sweep`/`bench` would start (FEDSHEAF_MPIEXEC, beside this Python,

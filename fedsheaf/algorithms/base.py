@@ -26,12 +26,13 @@ import torch
 import torch.nn.functional as F
 
 from fedsheaf import checkpoint
-from fedsheaf.bench.timer import NULL_TIMER, NullTimer, PhaseTimer
 from fedsheaf.config import ExperimentConfig, TrainConfig
 from fedsheaf.errors import FedsheafError
 from fedsheaf.graphs import Graph
 from fedsheaf.metrics import accuracy
+from fedsheaf.phase_timer import NULL_TIMER, NullTimer, PhaseTimer
 from fedsheaf.seeding import torch_generator
+from fedsheaf.sheaf.maps import transport
 
 
 class TrainingDiverged(FedsheafError):
@@ -116,7 +117,7 @@ class DecentralizedAlgorithm:
 
     name = "base"
     #: Per-phase timer (``with self.timer("exchange"): ...``); a no-op unless the
-    #: benchmark installs a :class:`~fedsheaf.bench.timer.PhaseTimer`.
+    #: benchmark installs a :class:`~fedsheaf.phase_timer.PhaseTimer`.
     timer: NullTimer | PhaseTimer = NULL_TIMER
 
     def __init__(self, agent: Agent, nbr: Exchange, reporter: Reporter) -> None:
@@ -124,7 +125,9 @@ class DecentralizedAlgorithm:
         self.cfg = agent.cfg
         self.model = agent.model
         own_lr = self.cfg.agents[agent.id].lr
-        self.optimizer = build_optimizer(self.cfg.train, self.model.parameters(), own_lr)
+        #: this agent's learning rate: ``agents[i].lr``, else ``train.lr``
+        self.lr: float = self.cfg.train.lr if own_lr is None else own_lr
+        self.optimizer = build_optimizer(self.cfg.train, self.model.parameters(), self.lr)
         self.is_head = {j: agent.graph.is_head(agent.id, j) for j in nbr.neighbours}
 
     # ---- hooks -------------------------------------------------------------
@@ -250,7 +253,7 @@ class DecentralizedAlgorithm:
         for j, m in zip(self.nbr.neighbours, received, strict=True):
             zj, yj = m[:, :-1], m[:, -1].long()
             v = self.edge_map(j)
-            mapped = zj @ v.T if self.is_head[j] else zj @ v
+            mapped = transport(zj, v, self.is_head[j])
             out[j] = accuracy(self.decode(self.from_edge_space(mapped)), yj)
         return out
 

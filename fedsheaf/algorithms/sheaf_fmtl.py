@@ -5,7 +5,7 @@ map ``P_ij ∈ R^{d_ij × n_i}``, ``d_ij = max(1, ⌊γ·min(n_i, n_j)⌋)``. Af
 local training (one round of the authors' algorithm) the ends of every edge swap
 ``P_ij θ_i`` (a d_ij-vector) and take one step on ``λ/2 ‖P_ij θ_i − P_ji θ_j‖²``:
 
-    θ_i  ← θ_i  − α λ Σ_j P_ijᵀ (P_ij θ_i − P_ji θ_j)        (α = train.lr)
+    θ_i  ← θ_i  − α λ Σ_j P_ijᵀ (P_ij θ_i − P_ji θ_j)        (α: the agent's lr)
     P_ij ← P_ij − η λ (P_ij θ_i − P_ji θ_j) θ_iᵀ              (η = baseline.fmtl.rate)
 
 Communication accuracy uses the post-hoc maps of the non-cooperative baseline.
@@ -98,7 +98,7 @@ class SheafFMTL(NonCooperative):
 
     @torch.no_grad()
     def end_epoch(self, epoch: int) -> None:
-        lam, alpha, eta = self.cfg.sheaf.lam, self.cfg.train.lr, self.cfg.baseline.fmtl.rate
+        lam, alpha, eta = self.cfg.sheaf.lam, self.lr, self.cfg.baseline.fmtl.rate
         theta = parameters_to_vector(self.params)
         nbrs = self.nbr.neighbours
         received = self.nbr.exchange_each(

@@ -1,6 +1,5 @@
 """Benchmarks of fedsheaf's performance targets (``fedsheaf bench``; results/bench/README.md).
 
-* :mod:`.timer` — the optional per-phase timer the training loop carries (off by default).
 * :mod:`.formulas` — byte counts, ideal round times, medians: pure functions.
 * :mod:`.report` — targets, JSON and Markdown output.
 * :mod:`.plan` — which launches each case needs at each size (``small``, ``full``).
@@ -8,5 +7,6 @@
   (``python -m fedsheaf.bench.worker``), with :mod:`.ranks` (clocks, sleeping barrier);
   :mod:`.command` — the ``fedsheaf bench`` driver.
 
-Importing this package is cheap: the training loop imports :mod:`.timer` from it.
+The per-phase timer the training loop carries (off by default) is
+:mod:`fedsheaf.phase_timer`: the core does not import this package.
 """

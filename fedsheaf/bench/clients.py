@@ -81,6 +81,7 @@ def clients(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
     times = time_local_updates(runner, device)
     rounds = TimedRounds(cfg, star, runner, None, task)
     history = rounds.run()
+    star.close()
     gathered = world.gather(times)
     if not world.is_root or gathered is None:
         return None

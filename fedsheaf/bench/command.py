@@ -93,7 +93,7 @@ def _launcher(
     template: str | None, ranks: int, flags: list[str]
 ) -> tuple[list[str], dict[str, str]]:
     if template is None:
-        from fedsheaf.sweep import local_launcher
+        from fedsheaf.hostinfo import local_launcher
 
         cmd, env = local_launcher(ranks)
         cmd = [cmd[0], *flags, *cmd[1:]]

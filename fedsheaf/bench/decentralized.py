@@ -47,12 +47,12 @@ from fedsheaf.bench.ranks import (
     mps_pipe,
     sync,
 )
-from fedsheaf.bench.timer import PhaseTimer
 from fedsheaf.config import ExperimentConfig, apply_overrides, load_config, read_yaml
 from fedsheaf.data.partition import Partition
 from fedsheaf.data.sources import Dataset
 from fedsheaf.graphs import Graph, ring
 from fedsheaf.hostinfo import usable_cpus
+from fedsheaf.phase_timer import PhaseTimer
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import World
 from fedsheaf.schema import build

@@ -31,6 +31,7 @@ from fedsheaf.bench.decentralized import load
 from fedsheaf.bench.formulas import alternate, ratio
 from fedsheaf.bench.ranks import idle_barrier, sync
 from fedsheaf.runtime.world import World
+from fedsheaf.seeding import torch_generator
 
 STEPS = ("plain", "separate", "batched")
 
@@ -90,7 +91,7 @@ def pilot_cost(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
         idle_barrier(world.comm)
         return None
     b, k, device = cfg.train.batch_size, cfg.sheaf.pilot_batch, world.device
-    gen = torch.Generator().manual_seed(0)
+    gen = torch_generator(cfg.seed, "pilot-cost-batch")
     idx = torch.randperm(len(ds.y), generator=gen)[: b + k]
     x, y, p = ds.x[idx[:b]].to(device), ds.y[idx[:b]].to(device), ds.x[idx[b:]].to(device)
     agents = spec.get("pilot_agents") or list(range(len(cfg.agents)))

@@ -83,13 +83,10 @@ from fedsheaf.results import RunDir
 from fedsheaf.runtime.launch import checkpointer, load_latest, open_run_dir
 from fedsheaf.runtime.star import NO_CLIENT, Star
 from fedsheaf.runtime.world import World
+from fedsheaf.units import human_bytes
 
 #: Byte-counter kind of the runtime's own exchanges (placement), kept out of bytes_up/down.
 PLUMBING = "placement"
-
-
-def _mb(n: float) -> str:
-    return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
 
 
 class Rounds:
@@ -348,8 +345,8 @@ class Rounds:
         where = "final round" if record["final"] else f"round {record['round']:>4}/{self.fc.rounds}"
         msg = f"{where}  loss {record['loss']:.4f}" + self.task.progress(record)
         msg += (
-            f"  {record['seconds']:.1f}s  up {_mb(record['bytes_up'])}"
-            f"  down {_mb(record['bytes_down'])}"
+            f"  {record['seconds']:.1f}s  up {human_bytes(record['bytes_up'], compact=True)}"
+            f"  down {human_bytes(record['bytes_down'], compact=True)}"
         )
         print(msg, flush=True)
 
@@ -381,7 +378,8 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         f"{task.describe()}, "
         f"{n_selected(fc.clients, fc.fraction)} clients per round, {fc.rounds} rounds; "
         f"{algorithm.describe()}; {runner.shared.size} shared parameters "
-        f"({_mb(runner.shared.nbytes)}); device {world.device}, seed {cfg.seed}"
+        f"({human_bytes(runner.shared.nbytes, compact=True)}); "
+        f"device {world.device}, seed {cfg.seed}"
     )
     if run_dir is not None:
         world.log(f"fedsheaf: writing {run_dir.path}")
@@ -389,6 +387,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     if cfg.checkpoint.resume:
         restore(world, run_path, rounds)
     history = rounds.run(checkpointer(cfg, world, run_path, rounds.state_dict))
+    star.close()
     elapsed = time.perf_counter() - start
     if not world.is_root or run_dir is None:
         return None

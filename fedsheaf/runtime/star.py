@@ -150,6 +150,13 @@ class Star:
             color = MPI.UNDEFINED if self.is_server else 0
             self._workers = self.comm.Split(color, key=self.rank)
 
+    def close(self) -> None:
+        """Free the workers-only communicator, if one was opened (collective, like
+        :meth:`open_worker_group`); the star stays usable for everything else."""
+        if self._workers is not None and self._workers != MPI.COMM_NULL:
+            self._workers.Free()
+        self._workers = None
+
     def allgather_workers(
         self, rows: np.ndarray, kind: str, counts: Sequence[int]
     ) -> np.ndarray | None:

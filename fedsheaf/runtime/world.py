@@ -87,9 +87,6 @@ class World:
     def bcast(self, obj: Any) -> Any:
         return self.comm.bcast(obj, root=0)
 
-    def allreduce_sum(self, value: float) -> float:
-        return float(self.comm.allreduce(value, op=MPI.SUM))
-
     def agree(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on every rank; if it raises a user error anywhere, stop everywhere.
 
@@ -139,7 +136,9 @@ def choose_device(preference: str, local_rank: int) -> torch.device:
 
 def set_threads(local_size: int) -> int:
     """One share of the node's cores per local rank (at least one thread)."""
-    env = os.environ.get("FEDSHEAF_THREADS")
+    env = os.environ.get("FEDSHEAF_THREADS", "").strip()
+    if env and not (env.isdigit() and int(env) >= 1):
+        raise FedsheafError(f"FEDSHEAF_THREADS must be a positive integer, got {env!r}")
     threads = int(env) if env else max(1, usable_cpus() // max(1, local_size))
     torch.set_num_threads(threads)
     return threads
@@ -152,7 +151,6 @@ def init_world(device: str = "auto") -> World:
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     local_rank, local_size = local.Get_rank(), local.Get_size()
     local.Free()
-    set_threads(local_size)
     world = World(
         comm=comm,
         rank=comm.Get_rank(),
@@ -161,5 +159,6 @@ def init_world(device: str = "auto") -> World:
         local_size=local_size,
         device=torch.device("cpu"),
     )
+    world.agree(lambda: set_threads(local_size))
     world.device = world.agree(lambda: choose_device(device, local_rank))
     return world

@@ -26,11 +26,7 @@ from torch import Tensor
 __all__ = [
     "PilotWindow",
     "canonical_embedding",
-    "orthogonal_map",
-    "random_orthogonal",
     "random_stiefel",
-    "rotation_fit",
-    "stiefel_fit",
     "stiefel_map",
     "stiefel_map_from_cross",
     "transport",
@@ -113,37 +109,6 @@ def stiefel_map(a_head: Tensor, a_tail: Tensor, jitter: float = 1e-6) -> Tensor:
     return stiefel_map_from_cross(cross, jitter).to(a_head.dtype)
 
 
-def orthogonal_map(a_head: Tensor, a_tail: Tensor, jitter: float = 1e-6) -> Tensor:
-    """Orthogonal Procrustes ``argmin_{O ∈ O(d)} ‖a_head − O a_tail‖_F`` (equal dims)."""
-    if a_head.ndim != 2 or a_tail.ndim != 2 or a_head.shape[0] != a_tail.shape[0]:
-        raise ValueError(
-            "orthogonal_map needs equal latent dims, got "
-            f"{tuple(a_head.shape)} and {tuple(a_tail.shape)}"
-        )
-    return stiefel_map(a_head, a_tail, jitter)
-
-
-def stiefel_fit(x: Tensor, y: Tensor, jitter: float = 1e-6) -> Tensor:
-    """Thin strict-privacy fit ``argmin_{V ∈ St(d_x, d_y)} ‖x − V y‖_F`` (Algorithms 3/4).
-
-    Same math as :func:`stiefel_map`; ``x`` is ``d_x × K``, ``y`` is ``d_y × K``, ``d_x ≥ d_y``.
-    """
-    return stiefel_map(x, y, jitter)
-
-
-def rotation_fit(x: Tensor, y: Tensor, jitter: float = 1e-6) -> Tensor:
-    """Strict-privacy fit ``argmin_{O ∈ O(d)} ‖O x − y‖_F`` (full SVD; Algorithms 3/4).
-
-    ``x`` and ``y`` are both ``d × K``. Since ``‖O x − y‖ = ‖y − O x‖`` this is the
-    Procrustes map carrying ``x`` onto ``y``: the polar factor of ``y xᵀ``.
-    """
-    if x.ndim != 2 or y.ndim != 2 or x.shape != y.shape:
-        raise ValueError(
-            f"rotation_fit needs x and y of equal shape, got {tuple(x.shape)}, {tuple(y.shape)}"
-        )
-    return orthogonal_map(y, x, jitter)
-
-
 def transport(z: Tensor, v: Tensor, receiver_is_head: bool) -> Tensor:
     """Carry a neighbour's batch-first latents ``z`` (n × d_sender) into the receiver's space.
 
@@ -182,17 +147,6 @@ def random_stiefel(
     signs = torch.sign(torch.diagonal(r))
     signs[signs == 0] = 1.0
     return (q * signs).to(dtype)
-
-
-def random_orthogonal(
-    d: int,
-    generator: torch.Generator,
-    *,
-    dtype: torch.dtype = torch.float32,
-    device: torch.device | str = "cpu",
-) -> Tensor:
-    """Haar-distributed element of ``O(d)`` (e.g. a strict-privacy mask ``O_ji``)."""
-    return random_stiefel(d, d, generator, dtype=dtype, device=device)
 
 
 class PilotWindow:
@@ -249,10 +203,6 @@ class PilotWindow:
         """Edge map (head × tail) fitted on the whole window of ``neighbour``."""
         v = stiefel_map_from_cross(self.cross(neighbour), self.jitter)
         return v if dtype is None else v.to(dtype)
-
-    def neighbours(self) -> list[Hashable]:
-        """Neighbours with at least one batch in the window, in insertion order."""
-        return list(self._cross)
 
     def reset(self) -> None:
         """Start a new window (drops every neighbour's accumulator)."""

@@ -1,5 +1,5 @@
-"""Theory toolkit (numpy/scipy only): Bures–Wasserstein geometry, the federated UFM of
-head-only FedAvg (seed 002) and the FedRep linear model (seed 003).
+"""Theory toolkit (numpy/scipy; no torch, no MPI): Bures–Wasserstein geometry, the
+federated UFM of head-only FedAvg (seed 002) and the FedRep linear model (seed 003).
 
 Modules: ``psd`` (matrix functions), ``bures`` (BW distance, transport, barycenter),
 ``ufm`` (instance, φ, gap decomposition, profiled objective, moment correction),

@@ -8,6 +8,7 @@ OUT_DIR/table.csv and OUT_DIR/accuracy.png.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import sys
 from pathlib import Path
@@ -16,10 +17,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
-from fedsheaf.results import read_metrics  # noqa: E402
+from fedsheaf.results import atomic_write_text, read_metrics, save_figure
 
 ORDER = ["fedrep", "fedavg_ft", "fedavg", "fedper", "lg_fedavg", "local"]
 LABEL = {
@@ -101,11 +102,12 @@ def main(runs: Path, out: Path) -> None:
                 "note": f"rounds 1-{s['rounds']} of the FedAvg+FT run" if s.get("derived") else "",
             }
         )
-    with open(out / "table.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=COLUMNS)
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    atomic_write_text(out / "table.csv", buf.getvalue())
     lo, hi = next(iter(summaries.values()))[0]["score_rounds"]
     md = [
         f"| algorithm | score (%) | mean acc, rounds {lo}-{hi} (%) | after final round (%) "
@@ -119,7 +121,7 @@ def main(runs: Path, out: Path) -> None:
             f"| {r['MB_up']:.1f} | {r['MB_down']:.1f} "
             f"| {_secs(r['wall_s'])} | {r['note']} |"
         )
-    (out / "table.md").write_text("\n".join(md) + "\n")
+    atomic_write_text(out / "table.md", "\n".join(md) + "\n")
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     derived = summaries.get("fedavg", ({}, []))[0].get("derived", False)
@@ -153,7 +155,7 @@ def main(runs: Path, out: Path) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(loc="best", fontsize="small")
     fig.tight_layout()
-    fig.savefig(out / "accuracy.png", dpi=120)
+    save_figure(fig, out / "accuracy.png", dpi=120)
     print((out / "table.md").read_text())
 
 

@@ -16,9 +16,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from fedsheaf.results import read_metrics  # noqa: E402
+from fedsheaf.results import atomic_write_text, read_metrics, save_figure
 
 UFM_MODES = {"exact": "exact selection", "proximal": "proximal, ρ=1e-3", "gamma1": "exact, γ=1"}
 RUNS = ["ordinary", "proximal", "aligned", "ordinary_corr", "proximal_corr", "aligned_corr"]
@@ -123,18 +123,17 @@ def plot(runs: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]], path: Pat
         fontsize=11,
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main(out_dir: str) -> int:
     out = Path(out_dir)
     if (out / "ufm").is_dir():
-        (out / "ufm_table.md").write_text(ufm_table(out))
+        atomic_write_text(out / "ufm_table.md", ufm_table(out))
         print((out / "ufm_table.md").read_text())
     runs = _load(out)
     if runs:
-        (out / "table.md").write_text(run_table(runs))
+        atomic_write_text(out / "table.md", run_table(runs))
         plot(runs, out / "gram_errors.png")
         print((out / "table.md").read_text())
     return 0

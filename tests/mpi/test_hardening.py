@@ -197,3 +197,11 @@ def test_real_processes_without_mpiexec(tmp_path):
     run = tmp_path / "runs" / "good-sheaf_frl-seed0"
     assert json.loads((run / "summary.json").read_text())["n_agents"] == 1
     assert json.loads((run / "checkpoints" / "latest.json").read_text())["epochs"] == [1, 2]
+
+
+def test_bad_thread_count_is_one_message_on_every_rank_count(mpirun, tmp_path):
+    good = _config(tmp_path, "good", _graph(tmp_path, "pair", [0, 1], [[0, 1]]), 2)
+    proc = mpirun(2, ["-m", "fedsheaf", "run", good], env=mpi_env(FEDSHEAF_THREADS="two"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.count("FEDSHEAF_THREADS must be a positive integer, got 'two'") == 1
+    assert not (tmp_path / "runs").exists()

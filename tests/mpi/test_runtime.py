@@ -14,6 +14,13 @@ def test_exchange_variable_sizes_and_isolated_ranks(mpirun, n):
     assert f"exchange ok on {n} ranks" in proc.stdout
 
 
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_star_worker_group_opens_and_closes(mpirun, n):
+    proc = mpirun(n, ["tests/mpi/programs/star_workers.py"], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"star workers ok on {n} ranks" in proc.stdout
+
+
 @pytest.mark.parametrize(
     "kind,code,text",
     [

@@ -24,9 +24,9 @@ from fedsheaf.bench.formulas import (
     summary,
 )
 from fedsheaf.bench.plan import CASE_NAMES, parse_counts, plan
-from fedsheaf.bench.timer import NULL_TIMER, PhaseTimer
 from fedsheaf.errors import ConfigError
 from fedsheaf.graphs import Graph, load_graph
+from fedsheaf.phase_timer import NULL_TIMER, PhaseTimer
 
 # ---- bytes ------------------------------------------------------------------------------
 

@@ -8,8 +8,8 @@ from fedsheaf import experiment
 from fedsheaf.algorithms import DECENTRALIZED
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
 from fedsheaf.bench.ranks import NoNeighbours, Silent
-from fedsheaf.bench.timer import NULL_TIMER, PhaseTimer
 from fedsheaf.config import load_config
+from fedsheaf.phase_timer import NULL_TIMER, PhaseTimer
 
 torch.set_num_threads(1)
 

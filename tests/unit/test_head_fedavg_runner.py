@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from fedsheaf.algorithms.federated import FEDERATED, HeadFedAvg
+from fedsheaf.algorithms.federated.base import Phase
 from fedsheaf.algorithms.federated.head_data import load_regression_clients
 from fedsheaf.algorithms.federated.head_objective import target_moments
 from fedsheaf.algorithms.federated.protocol import average
@@ -163,3 +164,15 @@ def test_geo_view_clients_train_a_cnn_backbone():
     up, loss = runner.local_update(1, w0, 0)
     assert up.shape == (3 * 6 + 3,) and np.isfinite(loss) and not np.array_equal(up, w0)
     assert np.isfinite(task.evaluate(runner, 1, up)).all()
+
+
+def test_a_head_only_phase_trains_on_inputs_not_cached_features():
+    """The UFM objective applies the backbone itself, so a head phase must not be fed
+    the pre-computed features other runners use (only the head's weights change)."""
+    _, _, runner, w0 = _setup()
+    runner.install(0, w0)
+    body = {n: p.detach().clone() for n, p in runner.model.named_parameters()}
+    loss = runner.run_schedule(0, [Phase("head", 1)], 0)
+    assert np.isfinite(loss)
+    changed = {n for n, p in runner.model.named_parameters() if not torch.equal(p, body[n])}
+    assert changed == set(runner.parts["head"])

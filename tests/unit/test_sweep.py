@@ -154,7 +154,7 @@ def test_local_runs_skip_finished_and_resume_interrupted(tmp_path):
 
 
 def test_local_launcher_honours_fedsheaf_mpiexec(monkeypatch, tmp_path):
-    from fedsheaf.sweep import local_launcher
+    from fedsheaf.hostinfo import local_launcher
 
     fake = tmp_path / "mpiexec"
     fake.write_text("#!/bin/sh\n")

@@ -1,6 +1,7 @@
 """`fedsheaf watch`: progress lines from a (running or finished) run's metrics.jsonl."""
 
 import io
+import os
 import threading
 import time
 
@@ -42,6 +43,24 @@ def test_tail_picks_up_a_line_once_it_is_complete(tmp_path):
     with open(path, "a") as fh:
         fh.write('ss": 0.5}\n{"epoch": 3}\n')
     assert tail.poll() == [{"epoch": 2, "loss": 0.5}, {"epoch": 3}]
+    assert tail.poll() == []
+
+
+def test_tail_rereads_a_file_that_was_replaced_or_cut(tmp_path):
+    """A resumed run rewrites metrics.jsonl up to its checkpoint (os.replace), then
+    appends the re-run epochs; none of them may be lost."""
+    path = tmp_path / "metrics.jsonl"
+    tail = MetricsTail(path)
+    path.write_text("".join(f'{{"epoch": {e}}}\n' for e in (1, 2, 3)))
+    assert len(tail.poll()) == 3
+    new = tmp_path / "metrics.jsonl.tmp"
+    new.write_text('{"epoch": 1}\n')
+    os.replace(new, path)
+    with open(path, "a") as fh:
+        fh.write('{"epoch": 2, "resumed": true}\n')
+    assert tail.poll() == [{"epoch": 1}, {"epoch": 2, "resumed": True}]
+    path.write_text('{"epoch": 1, "again": true}\n')  # cut in place (same file)
+    assert tail.poll() == [{"epoch": 1, "again": True}]
     assert tail.poll() == []
 
 

@@ -87,6 +87,8 @@ class HeadRunner(ClientRunner):
         self.state[client] = self._snapshot(self.private)
         return self.shared.flatten(self.model), loss
 
+    caches_head_features = False  # the UFM objective needs the features H_m themselves
+
     def batch_loss(self, client: int, forward: Any, xb: torch.Tensor, yb: torch.Tensor) -> Any:
         model: UFMNet = self.model  # type: ignore[assignment]
         hc = self.hc

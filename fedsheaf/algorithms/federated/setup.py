@@ -113,7 +113,12 @@ def load_clients(
     return out
 
 
+#: ``federated.model`` -> its builder (channels, (height, width), classes, seed=...).
+FEDERATED_MODELS = {"fedrep_cnn": build_fedrep_cnn}
+
+
 def build_model(cfg: ExperimentConfig) -> FedRepCNN:
     """The common initial model (on CPU): every client and the server start from it."""
     c, h, w, n_classes = dataset_shape(cfg.data.dataset)
-    return build_fedrep_cnn(c, (h, w), n_classes, seed=derive_seed(cfg.seed, "model"))
+    build = FEDERATED_MODELS[cfg.federated.model]
+    return build(c, (h, w), n_classes, seed=derive_seed(cfg.seed, "model"))

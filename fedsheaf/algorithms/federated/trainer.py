@@ -62,6 +62,11 @@ class ClientRunner:
         Run seed; batches and augmentation derive from (seed, client, round, phase).
     """
 
+    #: A head-only phase without augmentation feeds the head pre-computed features
+    #: (the frozen body runs once per phase, not once per batch): :meth:`batch_loss`
+    #: then gets the head module and features instead of the model and inputs.
+    caches_head_features = True
+
     def __init__(
         self,
         algorithm: FedAvg,
@@ -205,7 +210,7 @@ class ClientRunner:
             if name in trainable:
                 params.append(p)
         optimizer = build_optimizer(tc, params)  # fresh: no momentum from earlier phases
-        cached = phase.part == "head" and not self.augment
+        cached = self.caches_head_features and phase.part == "head" and not self.augment
         if cached:
             forward: Any = self.model.get_submodule(self.model.HEAD)
             inputs = self._features(data.x_train)

@@ -1,0 +1,35 @@
+"""Numbers for people to read (no torch: report and watch import it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def human_bytes(n: Any, *, compact: bool = False) -> str:
+    """A byte count for people to read; the one byte formatter in fedsheaf.
+
+    Parameters
+    ----------
+    n:
+        Number of bytes; anything that is not a number (e.g. a missing value,
+        ``None``) gives ``"–"``.
+    compact:
+        The short form of the live progress lines: ``"0.25 MB"`` from 100 kB up,
+        ``"42.0 kB"`` below. Otherwise the table form: GB, MB or kB with two
+        decimals (``"3.30 kB"``), plain bytes below 1 kB (``"512 B"``).
+
+    Examples
+    --------
+    >>> human_bytes(250_000, compact=True), human_bytes(1000, compact=True)
+    ('0.25 MB', '1.0 kB')
+    >>> human_bytes(3300), human_bytes(2.5e9), human_bytes(512), human_bytes(None)
+    ('3.30 kB', '2.50 GB', '512 B', '–')
+    """
+    if not isinstance(n, int | float):
+        return "–"
+    if compact:
+        return f"{n / 1e6:.2f} MB" if n >= 1e5 else f"{n / 1e3:.1f} kB"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"

@@ -1,0 +1,71 @@
+"""One byte formatter (fedsheaf.units.human_bytes) for progress lines, tables and watch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from fedsheaf import progress, report_runs, units, watch
+from fedsheaf.progress import Recorder
+from fedsheaf.runtime import server_launch
+from fedsheaf.units import human_bytes
+
+
+@pytest.mark.parametrize(
+    ("n", "compact", "text"),
+    [
+        (1000, True, "1.0 kB"),
+        (99_999, True, "100.0 kB"),
+        (100_000, True, "0.10 MB"),
+        (2_500_000_000, True, "2500.00 MB"),
+        (0, True, "0.0 kB"),
+        (3300, False, "3.30 kB"),
+        (1000, False, "1.00 kB"),
+        (250_000, False, "250.00 kB"),
+        (18_870_000, False, "18.87 MB"),
+        (2.5e9, False, "2.50 GB"),
+        (512, False, "512 B"),
+        (None, False, "–"),
+        ("12", True, "–"),
+    ],
+)
+def test_human_bytes_forms(n: Any, compact: bool, text: str) -> None:
+    assert human_bytes(n, compact=compact) == text
+
+
+def test_every_caller_uses_the_one_helper() -> None:
+    for module in (progress, report_runs, watch, server_launch):
+        assert module.human_bytes is units.human_bytes, module.__name__
+    assert not hasattr(server_launch, "_mb") and not hasattr(progress, "_mb")
+
+
+class _World:
+    is_root = True
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def gather(self, record: dict[str, Any]) -> list[dict[str, Any]]:
+        return [record]
+
+    def log(self, msg: str) -> None:
+        self.lines.append(msg)
+
+
+def test_progress_line_keeps_the_compact_form() -> None:
+    world = _World()
+    rec = Recorder(world, None, epochs=2)
+    rec.epoch({"epoch": 1, "loss": 0.5, "seconds": 1.25, "bytes_sent": 1000})
+    rec.epoch({"epoch": 2, "loss": 0.25, "seconds": 1.0, "bytes_sent": 250_000})
+    assert world.lines == [
+        "epoch   1/2  loss 0.5000  1.2s  sent 1.0 kB",
+        "epoch   2/2  loss 0.2500  1.0s  sent 0.25 MB",
+    ]
+
+
+def test_report_and_watch_still_import_without_torch() -> None:
+    code = "import sys, fedsheaf.report_runs, fedsheaf.watch; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
