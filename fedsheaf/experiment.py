@@ -8,6 +8,7 @@ travelling over MPI.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -66,10 +67,10 @@ def agent_data(ds: Dataset, part: Partition, agent: int, device: torch.device) -
         if len(getattr(shard, split)) == 0:
             raise ConfigError(
                 f"agent {agent} has an empty {split} set; use more data "
-                "(data.limit) or fewer agents"
+                "(raise or remove data.limit) or fewer agents"
             )
 
-    def take(idx):  # noqa: ANN001, ANN202
+    def take(idx: Any) -> tuple[torch.Tensor, torch.Tensor]:
         i = torch.as_tensor(idx, dtype=torch.long)
         return ds.x[i].to(device), ds.y[i].to(device)
 

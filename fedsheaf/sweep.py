@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import shlex
 import subprocess
 import sys
@@ -311,11 +312,34 @@ def run_local(study: Study, force: bool = False) -> int:
         else:
             print(f"{label}: done in {seconds:.0f} s", flush=True)
     total = time.perf_counter() - start_all
-    atomic_write_json(
-        study.output / "timings.json", {"total_seconds": round(total, 1), "runs": timings}
-    )
+    record_timings(study.output / "timings.json", timings, total)
     print(f"sweep {study.name}: {len(timings)} runs in {total / 60:.1f} min, {len(failed)} failed")
     return len(failed)
+
+
+def record_timings(path: Path, timings: dict[str, float], seconds: float) -> None:
+    """Merge this invocation's run times (s) into ``path``; later times of a run win.
+
+    ``--local`` skips finished runs, so a study finished in several invocations keeps
+    every run's time; ``total_seconds`` is their sum, ``last_invocation_seconds`` the
+    wall time of this one.
+    """
+    runs: dict[str, float] = {}
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+            runs = {str(k): float(v) for k, v in (old.get("runs") or {}).items()}
+        except (ValueError, TypeError, AttributeError):
+            print(f"sweep: {path} is not a timings file; starting it afresh", flush=True)
+    runs.update(timings)
+    atomic_write_json(
+        path,
+        {
+            "total_seconds": round(sum(runs.values()), 1),
+            "last_invocation_seconds": round(seconds, 1),
+            "runs": runs,
+        },
+    )
 
 
 def emit(study: Study, path: Path, launcher: str) -> Path:

@@ -62,7 +62,9 @@ class SheafFRL(DecentralizedAlgorithm):
         self._fused = ((epoch, step), self.pilots.matrix(z[len(x) :]))  # for pilot_matrix
         return F.cross_entropy(self.model.decode(z[: len(x)]), y)
 
-    def _head_tail(self, j: int, a_own: torch.Tensor, a_j: torch.Tensor):
+    def _head_tail(
+        self, j: int, a_own: torch.Tensor, a_j: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return (a_own, a_j) if self.is_head[j] else (a_j, a_own)
 
     def regulariser(self, epoch: int, step: int) -> torch.Tensor:

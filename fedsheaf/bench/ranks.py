@@ -64,7 +64,8 @@ class Silent:
 class NoNeighbours:
     """The exchange of an agent trained alone (sequential baseline, 1-rank scaling)."""
 
-    neighbours: list[int] = []
+    def __init__(self) -> None:
+        self.neighbours: list[int] = []
 
     def exchange(self, mat: Any, shapes: Any = None, device: Any = None) -> list[Any]:
         return []

@@ -12,7 +12,6 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 __all__ = ["batches", "epoch_order", "n_batches", "random_crop_flip"]
 
@@ -62,18 +61,26 @@ def batches(
 
 
 def random_crop_flip(
-    xb: torch.Tensor, pad: int, generator: torch.Generator, flip: bool = True, fill: float = 0.0
+    xb: torch.Tensor,
+    pad: int,
+    generator: torch.Generator,
+    flip: bool = True,
+    fill: float | Sequence[float] = 0.0,
 ) -> torch.Tensor:
-    """Batched random crop (zero-``fill`` padding by ``pad``) and horizontal flip.
+    """Batched random crop (padding by ``pad`` filled with ``fill``) and horizontal flip.
 
-    The usual CIFAR augmentation (``RandomCrop(32, padding=4)`` +
-    ``RandomHorizontalFlip``) applied to a whole ``(B, C, H, W)`` batch at once.
-    Offsets and flips are drawn from ``generator`` (a CPU generator) and moved to
-    the batch's device. ``fill`` is in the batch's (normalised) units.
+    CIFAR's ``RandomCrop(32, padding=4)`` + ``RandomHorizontalFlip`` applied to a whole
+    ``(B, C, H, W)`` batch at once. ``fill`` is in the batch's units, one value or one
+    per channel: torchvision pads images with black *before* normalising, so for a
+    normalised batch pass :func:`~fedsheaf.data.sources.black_level` (0 would pad with
+    the mean colour). Offsets and flips are drawn from ``generator`` (a CPU generator)
+    and moved to the batch's device.
     """
     b, c, h, w = xb.shape
     if pad > 0:
-        padded = F.pad(xb, (pad, pad, pad, pad), value=fill)
+        level = torch.as_tensor(fill, dtype=xb.dtype, device=xb.device).reshape(-1, 1, 1)
+        padded = level.expand(b, c, h + 2 * pad, w + 2 * pad).clone()
+        padded[:, :, pad : pad + h, pad : pad + w] = xb
         off = torch.randint(0, 2 * pad + 1, (2, b), generator=generator).to(xb.device)
         rows = (off[0][:, None] + torch.arange(h, device=xb.device))[:, None, :, None]
         cols = (off[1][:, None] + torch.arange(w, device=xb.device))[:, None, None, :]

@@ -90,6 +90,16 @@ def dataset_shape(name: str) -> tuple[int, int, int, int]:
     return (*info.shape, info.n_classes)
 
 
+def black_level(name: str) -> tuple[float, ...]:
+    """A black pixel (0 on the [0, 1] scale) in the dataset's normalised units, per channel.
+
+    Padding that happens before normalisation (torchvision's ``RandomCrop(padding=4)``
+    on images) fills with this value once the batch is normalised.
+    """
+    info = _INFO[_canonical(name)]
+    return tuple(-m / s for m, s in zip(info.mean, info.std, strict=True))
+
+
 def expected_files(name: str, root: str | Path, split: str = "train") -> list[Path]:
     """Paths that must exist under ``root`` to load ``name``/``split`` offline.
 

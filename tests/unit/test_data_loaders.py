@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from fedsheaf.data.loaders import batches, epoch_order, n_batches, random_crop_flip
+from fedsheaf.data.sources import black_level
+from fedsheaf.models.fedrep_cnn import build_fedrep_cnn
 
 
 def data(n=50):
@@ -62,3 +64,33 @@ def test_crop_flip_brute_force():
     flipped = random_crop_flip(xb, 0, torch.Generator().manual_seed(1))
     n_flip = sum(torch.equal(f, x.flip(-1)) for f, x in zip(flipped, xb, strict=True))
     assert 0 < n_flip < 16
+
+
+def test_crop_pads_with_the_given_level_per_channel():
+    xb = torch.randn(32, 3, 6, 6)
+    level = black_level("cifar10")
+    out = random_crop_flip(xb, 3, torch.Generator().manual_seed(2), flip=False, fill=level)
+    padded = torch.stack([torch.full((12, 12), v) for v in level])
+    padded = padded.expand(32, 3, 12, 12).clone()
+    padded[:, :, 3:9, 3:9] = xb
+    for k in range(32):  # exact windows of the image padded with black, never the mean
+        windows = [padded[k, :, r : r + 6, c : c + 6] for r in range(7) for c in range(7)]
+        assert any(torch.equal(out[k], w) for w in windows)
+    assert any(torch.equal(out[k, :, 0, 0], torch.tensor(level)) for k in range(32))
+
+
+def test_black_level_is_a_normalised_black_pixel():
+    for name, (mean, std) in {"mnist": (0.1307, 0.3081), "cifar10": (0.4914, 0.2470)}.items():
+        assert black_level(name)[0] == pytest.approx(-mean / std)
+    assert len(black_level("cifar10")) == 3 and len(black_level("fashion-mnist")) == 1
+
+
+def test_fedrep_runs_pad_their_crops_with_black():
+    from fedsheaf.algorithms.federated import FEDERATED
+    from fedsheaf.config import load_config
+
+    cfg = load_config("configs/fedrep_cifar10_100c2.yaml")
+    task = FEDERATED[cfg.algorithm](cfg.federated).make_task(cfg)
+    model = build_fedrep_cnn(3, 32, 10, seed=0)
+    runner = task.make_runner(model, {}, torch.device("cpu"))
+    assert runner.augment and runner.pad_fill == black_level("cifar10")

@@ -166,3 +166,22 @@ def test_local_launcher_honours_fedsheaf_mpiexec(monkeypatch, tmp_path):
     monkeypatch.setenv("FEDSHEAF_MPIEXEC", str(tmp_path / "missing"))
     with pytest.raises(ConfigError, match="FEDSHEAF_MPIEXEC=.*missing is not an executable"):
         local_launcher(1)
+
+
+def test_timings_merge_across_invocations(tmp_path, capsys):
+    from fedsheaf.sweep import record_timings
+
+    path = tmp_path / "timings.json"
+    record_timings(path, {"a": 10.0, "b": 20.0}, 31.0)
+    record_timings(path, {"c": 5.5}, 6.0)  # a second --local run skipped a and b
+    record_timings(path, {"b": 21.0}, 22.0)  # b forced again: its newer time wins
+    got = json.loads(path.read_text())
+    assert got == {
+        "total_seconds": 36.5,
+        "last_invocation_seconds": 22.0,
+        "runs": {"a": 10.0, "b": 21.0, "c": 5.5},
+    }
+    path.write_text("[1, 2]")
+    record_timings(path, {"d": 1.0}, 1.0)
+    assert json.loads(path.read_text())["runs"] == {"d": 1.0}
+    assert "not a timings file" in capsys.readouterr().out

@@ -31,6 +31,7 @@ from fedsheaf.algorithms.federated.setup import (
 from fedsheaf.algorithms.federated.summary import result_table, round_record, summarize
 from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.config import ExperimentConfig
+from fedsheaf.data.sources import black_level
 
 
 class Task:
@@ -69,7 +70,14 @@ class Task:
     ) -> ClientRunner:
         cfg = self.cfg
         return ClientRunner(
-            self.algorithm, model, data, cfg.train, cfg.federated.augment, cfg.seed, device
+            self.algorithm,
+            model,
+            data,
+            cfg.train,
+            cfg.federated.augment,
+            cfg.seed,
+            device,
+            pad_fill=black_level(cfg.data.dataset),
         )
 
     def describe(self) -> str:

@@ -58,6 +58,9 @@ class ClientRunner:
         Batch size, optimiser, lr, momentum, weight decay, grad clip.
     augment:
         Random crop (pad 4) and horizontal flip of training batches.
+    pad_fill:
+        What the crop pads with, per channel, in the data's normalised units (the
+        dataset's :func:`~fedsheaf.data.sources.black_level`, as torchvision pads).
     seed:
         Run seed; batches and augmentation derive from (seed, client, round, phase).
     """
@@ -76,8 +79,10 @@ class ClientRunner:
         augment: bool,
         seed: int,
         device: torch.device,
+        pad_fill: Sequence[float] = (0.0,),
     ) -> None:
         self.algorithm, self.train, self.augment, self.seed = algorithm, train, augment, seed
+        self.pad_fill = tuple(pad_fill)
         self.model = model.to(device)
         self.clients = dict(clients)
         names = [n for n, _ in self.model.named_parameters()]
@@ -227,7 +232,7 @@ class ClientRunner:
         for epoch in range(phase.epochs):
             for xb, yb in batches(inputs, data.y_train, index, tc.batch_size, batch_seed, epoch):
                 if gen is not None:
-                    xb = random_crop_flip(xb, 4, gen)
+                    xb = random_crop_flip(xb, 4, gen, fill=self.pad_fill)
                 loss = self.batch_loss(client, forward, xb, yb)
                 if not torch.isfinite(loss):
                     raise TrainingDiverged(
