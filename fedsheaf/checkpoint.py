@@ -123,25 +123,32 @@ def _epoch_of(folder: Path) -> int | None:
 
 
 # ---- reading ---------------------------------------------------------------
-def latest(run_dir: str | Path, n_ranks: int) -> Checkpoint | None:
-    """The newest complete checkpoint of a run directory, or None if there is none.
+def complete(run_dir: str | Path, n_ranks: int) -> list[Checkpoint]:
+    """The complete checkpoints of a run directory, newest first.
 
     Complete means: listed in the manifest and every rank file present. A
     manifest written by a job with another rank count is an error.
     """
     manifest = _read_manifest(run_dir)
     if manifest is None:
-        return None
+        return []
     if manifest["n_ranks"] != n_ranks:
         raise CheckpointError(
             f"cannot resume {run_dir}: its checkpoints hold {manifest['n_ranks']} ranks "
             f"but this job has {n_ranks}"
         )
+    found = []
     for epoch in sorted(manifest["epochs"], reverse=True):
         ckpt = Checkpoint(Path(run_dir), epoch, n_ranks)
         if all(ckpt.rank_file(r).is_file() for r in range(n_ranks)):
-            return ckpt
-    return None
+            found.append(ckpt)
+    return found
+
+
+def latest(run_dir: str | Path, n_ranks: int) -> Checkpoint | None:
+    """The newest complete checkpoint of a run directory, or None if there is none."""
+    found = complete(run_dir, n_ranks)
+    return found[0] if found else None
 
 
 def load_rank(ckpt: Checkpoint, rank: int) -> dict[str, Any]:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
+import os
 import sys
 
 from fedsheaf import __version__
@@ -70,9 +73,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     run = sub.add_parser(
         "run",
-        help="train one experiment (launch with mpiexec -n <agents>)",
-        description="Train one experiment. Launch with one rank per agent: "
-        "mpiexec -n 4 fedsheaf run configs/quickstart.yaml seed=3",
+        help="train one experiment (launch with mpiexec -n <ranks>)",
+        description="Train one experiment under MPI, e.g. "
+        "mpiexec -n 4 fedsheaf run configs/quickstart.yaml seed=3. Ranks: one per graph "
+        "node for decentralized algorithms (sheaf_frl, noncoop, comfed, sheaf_fmtl); one "
+        "per agent plus a server rank for fedproto and fedmuscle; for server-based "
+        "algorithms (fedavg, fedrep, ...) a server rank plus 1 to federated.clients "
+        "worker ranks. `fedsheaf keys` lists the config keys.",
     )
     run.add_argument("config", nargs="?", help="experiment YAML file (configs/*.yaml)")
     run.add_argument(
@@ -107,14 +114,37 @@ def _command(argv: list[str]) -> str | None:
     return None
 
 
+#: Environment variables in which MPI launchers and SLURM give a process its rank.
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
+def launched_rank() -> int:
+    """This process's rank as its launcher told it (0 outside a launcher), without MPI."""
+    for name in RANK_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(_command(argv) or "run")
-    args = parser.parse_args(argv)
+    if launched_rank() == 0:
+        args = parser.parse_args(argv)
+    else:  # under mpiexec every rank parses; only the first prints usage, help or errors
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except FedsheafError as exc:
         print(f"fedsheaf: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # an output path that cannot be written, a file gone missing
+        if args.command == "run":
+            raise  # on one rank of a job: the runtime's abort hook must end every rank
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"fedsheaf: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return 2
 
 

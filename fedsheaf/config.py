@@ -220,11 +220,24 @@ class CheckpointConfig:
     resume: bool = spec(False, doc="continue from the newest complete checkpoint, if any")
 
 
+def check_plain_name(value: str, key: str) -> None:
+    """A name that becomes one directory name: no path separators, not empty, not . or .."""
+    if not value.strip() or value in (".", "..") or "/" in value or "\\" in value:
+        raise ConfigError(
+            f"config key '{key}' must be a plain name (one directory name, no '/'), "
+            f"got {value!r}; use output.dir to choose where runs go"
+        )
+
+
 @dataclass
 class OutputConfig:
-    dir: str = spec("runs")
+    dir: str = spec("runs", doc="where run directories are created")
     name: str | None = spec(None, doc="run directory name; default <name>-<algorithm>-seed<seed>")
     overwrite: bool = spec(False, doc="replace an existing finished run directory")
+
+    def check(self, prefix: str) -> None:
+        if self.name is not None:
+            check_plain_name(self.name, f"{prefix}.name")
 
 
 @dataclass
@@ -253,6 +266,7 @@ class ExperimentConfig:
         return self.algorithm in HUB_BASED
 
     def check(self, prefix: str) -> None:
+        check_plain_name(self.name, "name")
         if self.decentralized or self.hub_based:
             if self.graph is None:
                 raise ConfigError(f"algorithm {self.algorithm} needs config key 'graph'")
@@ -440,6 +454,75 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ex
         return build(ExperimentConfig, raw)
     except ConfigError as exc:
         raise ConfigError(f"{path / 'config.yaml'}: {exc}") from None
+
+
+#: What a resumed run may change: its length, evaluation cadence, checkpointing, where
+#: its files and data are, its device. Anything else would mix two experiments.
+RESUMABLE_KEYS = (
+    "train.epochs",
+    "train.eval_every",
+    "train.device",
+    "federated.rounds",
+    "federated.eval_every",
+    "data.root",
+    "data.download",
+    "checkpoint.",
+    "output.",
+)
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(_flat(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
+def resume_changes(saved: ExperimentConfig, cfg: ExperimentConfig) -> list[str]:
+    """``key (old -> new)`` for every setting ``cfg`` changes that a resume may not.
+
+    A changed ``graph`` path is accepted when both files can be read and are equal
+    (the run may be resumed from another directory).
+    """
+    old, new = _flat(saved.to_dict()), _flat(cfg.to_dict())
+    changes = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        if a == b or any(
+            key == k or (k.endswith(".") and key.startswith(k)) for k in RESUMABLE_KEYS
+        ):
+            continue
+        if key == "graph" and a and b and _same_file(a, b):
+            continue
+        changes.append(f"{key} ({a!r} -> {b!r})")
+    return changes
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).read_bytes() == Path(b).read_bytes()
+    except OSError:
+        return False
+
+
+def check_resume(run_dir: Path, cfg: ExperimentConfig) -> None:
+    """Refuse to resume ``run_dir`` (holding a config.yaml) under a different experiment."""
+    try:
+        saved = build(ExperimentConfig, read_yaml(run_dir / "config.yaml"))
+    except ConfigError as exc:
+        raise ConfigError(f"cannot resume {run_dir}: its config.yaml: {exc}") from None
+    changes = resume_changes(saved, cfg)
+    if changes:
+        allowed = ", ".join(
+            k.rstrip(".") + ("*" if k.endswith(".") else "") for k in RESUMABLE_KEYS
+        )
+        raise ConfigError(
+            f"cannot resume {run_dir} with a different experiment: {'; '.join(changes)}. "
+            f"A resumed run may change only {allowed}; start a new run (another "
+            "output.name) to change the others"
+        )
 
 
 def dump_config(cfg: ExperimentConfig) -> str:

@@ -6,6 +6,8 @@ MPI runtime print these as one readable line and exit with status 2, without a
 traceback; any other exception is a bug and aborts the whole MPI job.
 """
 
+import os
+
 
 class FedsheafError(Exception):
     """Base class of errors caused by user input."""
@@ -21,3 +23,14 @@ class GraphError(FedsheafError):
 
 class DataError(FedsheafError):
     """A data set is missing, malformed or cannot be partitioned as asked."""
+
+
+def relative_hint(path: str | os.PathLike[str]) -> str:
+    """`` (relative to the current directory X)`` for a relative path, else ``""``.
+
+    Config files hold paths as given (``graphs/quick4.yaml``, ``data``), which resolve
+    against the directory a run is started (or resumed) from.
+    """
+    if os.path.isabs(path):
+        return ""
+    return f" (relative to the current directory {os.getcwd()})"

@@ -36,6 +36,12 @@ _OPTIONS = ("density", "dim", "dims", "classes", "p", "seed")
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``build`` and ``show`` subcommands to ``parser``."""
+    parser.description = (
+        "Build graph files (the agent graph of a decentralized run: one node per agent "
+        "with its latent dimension, undirected edges, optional class sets) or print one. "
+        "`fedsheaf graph build --help` lists the kinds and options; each kind accepts only "
+        "the options that shape it."
+    )
     sub = parser.add_subparsers(dest="graph_action", metavar="{build,show}", required=True)
     build = sub.add_parser(
         "build",
@@ -45,6 +51,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     build.add_argument("kind", choices=KINDS, help="graph family")
     build.add_argument("--out", help="output file (default graphs/<name>.yaml)")
     build.add_argument("--name", help="graph name (default: the kind)")
+    build.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite the output file when it holds a different graph",
+    )
     build.add_argument(
         "--density", type=float, help="target edge density for mnist15/class-overlap (default 0.4)"
     )
@@ -152,6 +163,19 @@ def build_from_args(args: argparse.Namespace) -> tuple[graphs.Graph, str]:
 def _build(args: argparse.Namespace) -> int:
     graph, cmd = build_from_args(args)
     out = Path(args.out) if args.out else Path("graphs") / f"{graph.name}.yaml"
+    if out.exists():
+        try:
+            same = graphs.load_graph(out) == graph
+        except GraphError:
+            same = False
+        if same:
+            print(f"{out} already holds this graph; left unchanged")
+            return 0
+        if not args.force:
+            raise GraphError(
+                f"{out} exists and holds a different graph (runs may refer to it); "
+                "pass --force to overwrite it or --out to write elsewhere"
+            )
     graphs.save_graph(graph, out, comment=f"built by: {cmd}")
     print(f"wrote {out}: {graph.n} nodes, {len(graph.edges)} edges, density {graph.density():.3f}")
     return 0

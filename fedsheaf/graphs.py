@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from fedsheaf.errors import GraphError
+from fedsheaf.errors import GraphError, relative_hint
 from fedsheaf.results import atomic_write_text
 
 _TOP_KEYS = ("name", "nodes", "edges")
@@ -366,7 +366,7 @@ def load_graph(path: str | os.PathLike[str]) -> Graph:
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise GraphError(f"{where} does not exist") from None
+        raise GraphError(f"{where} does not exist{relative_hint(path)}") from None
     except IsADirectoryError:
         raise GraphError(f"{where} is a directory, not a file") from None
     except UnicodeDecodeError:

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from fedsheaf.config import read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import atomic_write_text, save_figure
 
@@ -97,6 +96,16 @@ def default_method(cfg: dict[str, Any]) -> str:
     return name
 
 
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} does not hold a JSON object")
+    return data
+
+
 def _manifests(paths: list[Path]) -> dict[Path, tuple[dict[str, Any], list[str]]]:
     """Run directory → (manifest entry, grid keys) from every study.json at or above paths."""
     found: dict[Path, tuple[dict[str, Any], list[str]]] = {}
@@ -107,7 +116,7 @@ def _manifests(paths: list[Path]) -> dict[Path, tuple[dict[str, Any], list[str]]
             if f in seen or not f.is_file():
                 continue
             seen.add(f)
-            data = json.loads(f.read_text())
+            data = _read_json(f)
             for run in data.get("runs", []):  # sweep layout: <sweep dir>/runs/<run name>
                 where = (f.parent / "runs" / Path(run["dir"]).name).resolve()
                 found[where] = (run, list(data.get("grid_keys", [])))
@@ -126,8 +135,8 @@ def collect(paths: list[str | Path]) -> list[RunRecord]:
     for d in dirs:
         if not (d / "config.yaml").is_file():
             continue
-        cfg = yaml.safe_load((d / "config.yaml").read_text())
-        summary = json.loads((d / "summary.json").read_text())
+        cfg = read_yaml(d / "config.yaml")
+        summary = _read_json(d / "summary.json")
         entry, _ = manifests.get(d, (None, []))
         method = entry["method"] if entry else default_method(cfg)
         if entry is not None:  # the sweep's own grid for this method (maybe none)

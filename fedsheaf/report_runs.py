@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from fedsheaf.config import SERVER_BASED
+from fedsheaf.config import SERVER_BASED, yaml_problem
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import atomic_write_text, read_metrics, save_figure
 from fedsheaf.units import human_bytes
@@ -66,7 +66,7 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+        raise ConfigError(f"{path} is not valid YAML: {yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} does not hold a config mapping")
     return data

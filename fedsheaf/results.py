@@ -99,6 +99,28 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(json_safe(obj), indent=2) + "\n")
 
 
+def check_not_foreign(path: str | Path) -> None:
+    """Refuse a run directory that exists, holds files and is not a fedsheaf run's.
+
+    A run directory holds ``config.yaml`` (written first thing), ``metrics.jsonl``,
+    ``summary.json`` or ``checkpoints/``; files without any of them are somebody
+    else's: a run would mix its results in (and ``output.overwrite`` delete some).
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"run directory {path} is a file; choose another output.name")
+    markers = ("config.yaml", "metrics.jsonl", "summary.json", "checkpoints")
+    if not path.is_dir() or any((path / m).exists() for m in markers):
+        return
+    held = sorted(p.name for p in path.iterdir())
+    if held:
+        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+        raise ConfigError(
+            f"run directory {path} exists and is not a fedsheaf run (it holds {shown}); "
+            "choose another output.name or output.dir"
+        )
+
+
 class RunDir:
     """The directory one run writes into (only rank 0 creates one)."""
 
@@ -109,7 +131,13 @@ class RunDir:
                 f"run directory {self.path} already holds a finished run; choose "
                 "another output.name or pass output.overwrite=true"
             )
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot create run directory {self.path}: {exc.strerror or exc}"
+                "; choose another output.dir"
+            ) from None
         if overwrite:
             for name in ("metrics.jsonl", "summary.json"):
                 (self.path / name).unlink(missing_ok=True)

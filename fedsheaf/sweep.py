@@ -166,8 +166,13 @@ def expand(study_path: str | Path, extra: list[str] | None = None) -> Study:
     their run configs and graphs into the sweep directory.
     """
     path = Path(study_path)
-    raw = read_yaml(path)
     where = f"study file {path}"
+    if not path.is_file():
+        raise ConfigError(f"{where} does not exist")
+    try:
+        raw = read_yaml(path)
+    except ConfigError as exc:  # read_yaml calls every file it reads a config file
+        raise ConfigError(str(exc).replace(f"config file {path}", where, 1)) from None
     _unknown(raw, STUDY_KEYS, where)
     for key in ("study", "config", "axis", "methods"):
         if key not in raw:
@@ -342,9 +347,16 @@ def record_timings(path: Path, timings: dict[str, float], seconds: float) -> Non
     )
 
 
-def emit(study: Study, path: Path, launcher: str) -> Path:
+DEFAULT_LAUNCHER = "mpiexec -n {n}"
+
+
+def emit(study: Study, path: Path, launcher: str = DEFAULT_LAUNCHER) -> Path:
     """Write one command line per run (line k = SLURM array task k)."""
-    lines = [shlex.join(r.argv(shlex.split(launcher), ["fedsheaf"])) for r in study.runs]
+    try:
+        prefix = shlex.split(launcher)
+    except ValueError as exc:
+        raise ConfigError(f"--launcher {launcher!r} cannot be split into words: {exc}") from None
+    lines = [shlex.join(r.argv(prefix, ["fedsheaf"])) for r in study.runs]
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
 
@@ -374,13 +386,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--launcher",
-        default="mpiexec -n {n}",
-        help="launcher prefix for --emit; {n} is the rank count (e.g. 'srun -n {n}')",
+        help="launcher prefix for --emit; {n} is the rank count (e.g. 'srun -n {n}'; "
+        f"default: '{DEFAULT_LAUNCHER}')",
     )
     parser.add_argument("--force", action="store_true", help="--local: rerun finished runs too")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.force and not args.local:
+        raise ConfigError("option --force applies only to --local (it reruns finished runs)")
+    if args.launcher is not None and args.emit is None:
+        raise ConfigError(
+            "option --launcher applies only to --emit (--local uses this machine's mpiexec)"
+        )
     dry = not args.local and args.emit is None
     study = expand(args.study, args.set)
     if dry:
@@ -391,7 +409,7 @@ def run(args: argparse.Namespace) -> int:
     manifest = write_manifest(study)
     if args.emit is not None:
         target = Path(args.emit) if args.emit else study.output / "commands.txt"
-        path = emit(study, target, args.launcher)
+        path = emit(study, target, args.launcher or DEFAULT_LAUNCHER)
         print(f"wrote {len(study.runs)} commands to {path} (manifest {manifest})")
         return 0
     return 1 if run_local(study, force=args.force) else 0

@@ -16,9 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
-
-from fedsheaf.config import SERVER_BASED
+from fedsheaf.config import SERVER_BASED, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.units import human_bytes
 
@@ -140,10 +138,17 @@ def _read_config(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "config.yaml"
     if not path.is_file():
         return None
-    cfg = yaml.safe_load(path.read_text())
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{path} does not hold a config mapping")
-    return cfg
+    return read_yaml(path)
+
+
+def _read_summary(path: Path) -> dict[str, Any]:
+    try:
+        summary = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(summary, dict):
+        raise ConfigError(f"{path} does not hold a JSON object")
+    return summary
 
 
 def watch(
@@ -178,7 +183,7 @@ def watch(
                 seen += 1
                 print(line, file=out, flush=True)
         if done:
-            summary = json.loads((run_dir / "summary.json").read_text())
+            summary = _read_summary(run_dir / "summary.json")
             print(finished_line(summary), file=out, flush=True)
             return 0
         if once:
@@ -196,7 +201,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's output directory")
     parser.add_argument(
-        "--interval", type=float, default=5.0, metavar="S", help="seconds between polls"
+        "--interval",
+        type=float,
+        default=5.0,
+        metavar="S",
+        help="seconds between polls (default: %(default)s)",
     )
     parser.add_argument("--once", action="store_true", help="print the current state and exit")
 

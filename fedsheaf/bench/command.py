@@ -29,36 +29,105 @@ from pathlib import Path
 from typing import Any
 
 from fedsheaf.bench import report
-from fedsheaf.bench.plan import CASE_NAMES, SIZES, Launch, parse_counts, plan
+from fedsheaf.bench.plan import (
+    CASE_NAMES,
+    DATASETS,
+    FEDREP_DATASET,
+    SIZES,
+    Launch,
+    parse_counts,
+    plan,
+)
 from fedsheaf.errors import ConfigError
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _template(text: str) -> str:
+    """A ``--launcher`` template: shell words, one of them holding ``{n}``."""
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"cannot split {text!r} into words: {exc}") from None
+    if not any("{n}" in w for w in words):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no {{n}} for the rank count, e.g. 'srun -n {{n}}'"
+        )
+    return text
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run the performance benchmarks: each case is timed in one or more mpiexec "
+        "launches of fedsheaf.bench.worker, whose results are collected into "
+        "<out>/<tag>.json and a Markdown summary <out>/<tag>.md that checks the "
+        "performance targets. Run it from the repository root. --dry-run lists the "
+        "launches without running them; --render rebuilds the Markdown of a results file."
+    )
     parser.add_argument(
         "cases",
         nargs="*",
         metavar="CASE",
         help=f"cases to run (default: all): {', '.join(CASE_NAMES)}",
     )
-    parser.add_argument("--size", default="small", choices=SIZES, help="problem sizes")
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    parser.add_argument(
+        "--size", default="small", choices=SIZES, help="problem sizes (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--device", default="auto", choices=("auto", "cpu", "cuda"), help="(default: %(default)s)"
+    )
     parser.add_argument("--ranks", help="weak-scaling rank counts, e.g. 1,2,4,8,16")
     parser.add_argument(
         "--workers",
         help="FedRep worker ranks, e.g. 4,2,1 (dynamic placement; without this option "
         "balanced and static placement on 4 workers run too, for comparison)",
     )
-    parser.add_argument("--repeats", type=int, help="timed repeats per measurement")
-    parser.add_argument("--dataset", default="fashionmnist", help="image data set (28×28)")
-    parser.add_argument("--data-root", default="../shared/data", help="its torchvision root")
-    parser.add_argument("--out", default="results/bench", help="output folder")
+    parser.add_argument(
+        "--repeats",
+        type=_positive_int,
+        help="timed repeats per measurement (default: 5 at --size small, 7 at full)",
+    )
+    parser.add_argument(
+        "--dataset",
+        default=DATASETS[0],
+        choices=DATASETS,
+        help="28×28 image data set of the decentralized cases (default: %(default)s; "
+        f"the FedRep case always uses {FEDREP_DATASET})",
+    )
+    parser.add_argument(
+        "--data-root", default="../shared/data", help="its torchvision root (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--out", default="results/bench", help="output folder (default: %(default)s)"
+    )
     parser.add_argument("--tag", help="output name (default: <size>-<device>)")
     parser.add_argument(
         "--launcher",
+        type=_template,
         help="launch template with {n}, e.g. 'srun -n {n}' (default: mpiexec beside this "
         "Python, with --oversubscribe when ranks exceed physical cores)",
     )
-    parser.add_argument("--timeout", type=float, help="seconds per launch (default 900)")
+    parser.add_argument(
+        "--timeout", type=_positive_seconds, help="seconds per launch (default: 900)"
+    )
     parser.add_argument(
         "--only",
         metavar="LABELS",
@@ -71,7 +140,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="wall-clock budget for the whole suite: a launch still running when it is "
         "spent is stopped, later ones are skipped, and what finished is written",
     )
-    parser.add_argument("--dry-run", action="store_true", help="print the launches only")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the launches (ranks, command line, config and overrides) without running them",
+    )
     parser.add_argument("--render", metavar="JSON", help="rewrite the Markdown of a results file")
 
 
@@ -114,6 +187,37 @@ def select(launches: list[Launch], only: str | None) -> list[Launch]:
     return [la for la in launches if la.label in wanted]
 
 
+def launch_argv(
+    launch: Launch, template: str | None, spec_path: Path, out_path: Path
+) -> tuple[list[str], dict[str, str]]:
+    """The command line of one launch and its environment."""
+    cmd, env = _launcher(template, launch.ranks, launch.mpi_flags)
+    env.update(launch.env)
+    worker = [sys.executable, "-m", "fedsheaf.bench.worker", str(spec_path), str(out_path)]
+    return [*cmd, *worker], env
+
+
+def describe(launch: Launch, device: str, template: str | None) -> list[str]:
+    """What ``--dry-run`` prints for one launch: a heading, its command line, its spec."""
+    argv, _ = launch_argv(
+        launch, template, Path(f"{launch.label}.spec.json"), Path(f"{launch.label}.out.json")
+    )
+    env = "".join(f"{k}={shlex.quote(v)} " for k, v in launch.env.items())
+    spec = launch.worker_spec(device)
+    settings = [spec.get("config", "?"), *spec.get("overrides", [])]
+    settings += [
+        f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+        for k, v in spec.items()
+        if k not in ("label", "cases", "config", "overrides")
+    ]
+    return [
+        f"{launch.label} ({launch.ranks} rank{'s' if launch.ranks != 1 else ''}): "
+        + ", ".join(launch.cases),
+        f"    $ {env}{shlex.join(argv)}",
+        f"    spec: {' '.join(settings)}",
+    ]
+
+
 def run_launch(
     launch: Launch, device: str, template: str | None, log: Path, tmp: Path
 ) -> dict[str, Any]:
@@ -124,9 +228,7 @@ def run_launch(
     """
     spec_path, out_path = tmp / f"{launch.label}.spec.json", tmp / f"{launch.label}.out.json"
     spec_path.write_text(json.dumps(launch.worker_spec(device)))
-    cmd, env = _launcher(template, launch.ranks, launch.mpi_flags)
-    env.update(launch.env)
-    argv = [*cmd, sys.executable, "-m", "fedsheaf.bench.worker", str(spec_path), str(out_path)]
+    argv, env = launch_argv(launch, template, spec_path, out_path)
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with open(log, "w") as fh:
@@ -185,11 +287,47 @@ def collect(records: list[dict[str, Any]]) -> tuple[dict[str, list], list[dict[s
     return results, launches
 
 
+def read_results(path: str | Path) -> dict[str, Any]:
+    """A results file written by ``fedsheaf bench`` (for ``--render``)."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"--render: results file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--render: cannot read results file {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"--render: {path} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or not {"meta", "launches", "results"} <= doc.keys():
+        raise ConfigError(
+            f"--render: {path} is not a fedsheaf bench results file "
+            "(expected a JSON object with meta, launches and results)"
+        )
+    return doc
+
+
+def data_notes(cases: list[str], dataset: str, root: str) -> tuple[list[str], bool, bool]:
+    """Notes on missing image data for ``cases``; whether the data set and FashionMNIST exist."""
+    images = _has_images(dataset, root)
+    fedrep = images if dataset == FEDREP_DATASET else _has_images(FEDREP_DATASET, root)
+    notes = []
+    if not images and set(cases) - {"clients"}:
+        notes.append(
+            f"{dataset} not found under {root}: the decentralized cases run on the bundled "
+            "digits (8×8) instead"
+        )
+    if not fedrep and "clients" in cases:
+        notes.append(
+            f"case clients skipped: the FedRep case needs {FEDREP_DATASET}, not found under "
+            f"{root} (give its torchvision root with --data-root)"
+        )
+    return notes, images, fedrep
+
+
 def run(args: argparse.Namespace) -> int:
     if args.render:
-        doc = json.loads(Path(args.render).read_text())
         path = Path(args.render)
-        _, md = report.write(path.parent, path.stem, doc)
+        _, md = report.write(path.parent, path.stem, read_results(path))
         print(f"fedsheaf bench: wrote {md}")
         return 0
     if not Path("configs").is_dir():
@@ -198,13 +336,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--budget must be a positive number of seconds, got {args.budget}")
     cases = args.cases or list(CASE_NAMES)
     device = _device(args.device)
-    notes = []
-    images = _has_images(args.dataset, args.data_root)
-    if not images:
-        notes.append(
-            f"{args.dataset} not found under {args.data_root}: decentralized cases ran on the "
-            "bundled digits and the FedRep case was skipped"
-        )
+    notes, images, fedrep = data_notes(cases, args.dataset, args.data_root)
     launches = plan(
         args.size,
         cases,
@@ -214,13 +346,18 @@ def run(args: argparse.Namespace) -> int:
         workers=parse_counts(args.workers, "--workers") if args.workers else None,
         repeats=args.repeats,
         image_data=images,
+        fedrep_data=fedrep,
     )
     launches = select(launches, args.only)
     tag = args.tag or f"{args.size}-{device}"
+    for note in notes:
+        print(f"fedsheaf bench: note: {note}", flush=True)
     if args.dry_run:
         for la in launches:
-            print(f"{la.label}: {la.ranks} ranks, {', '.join(la.cases)}: {la.worker_spec(device)}")
+            print("\n".join(describe(la, device, args.launcher)))
         return 0
+    if not launches:
+        raise ConfigError(f"nothing to run: {'; '.join(notes)}")
     out = Path(args.out)
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
@@ -229,7 +366,7 @@ def run(args: argparse.Namespace) -> int:
     deadline = None if args.budget is None else t0 + args.budget
     with tempfile.TemporaryDirectory(prefix="fedsheaf-bench-") as tmp:
         for la in launches:
-            if args.timeout:
+            if args.timeout is not None:
                 la.timeout = args.timeout
             if deadline is not None:
                 left = deadline - time.perf_counter()

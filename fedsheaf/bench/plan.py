@@ -25,6 +25,10 @@ from fedsheaf.errors import ConfigError
 
 CASE_NAMES = ("overhead", "pilot_cost", "bytes", "speedup", "scaling", "clients")
 SIZES = ("small", "full")
+#: The 28×28 data sets the decentralized cases run on (Table 2's encoders and byte counts).
+DATASETS = ("fashionmnist", "mnist")
+#: The data set of the FedRep case (configs/fedrep_fmnist_100c2.yaml), whatever --dataset says.
+FEDREP_DATASET = "fashionmnist"
 
 #: Table-2 agent 2 (d = 64): the unit of work per rank in the weak-scaling case.
 SCALING_AGENT = {"encoder": [16, 32, 64], "head": [128], "dropout": 0.2}
@@ -77,19 +81,25 @@ def plan(
     workers: Sequence[int] | None = None,
     repeats: int | None = None,
     image_data: bool = True,
+    fedrep_data: bool | None = None,
 ) -> list[Launch]:
     """The launches that run ``cases`` at ``size``.
 
     ``image_data`` False (no 28×28 data set on this machine) moves every decentralized
-    case to the bundled digits and drops the FedRep case, which needs real images.
+    case to the bundled digits. ``fedrep_data`` False (no FashionMNIST, which the FedRep
+    case always uses) drops the FedRep case; None means the same as ``image_data``.
     """
     if size not in SIZES:
         raise ConfigError(f"bench size must be one of {', '.join(SIZES)}, got {size!r}")
     unknown = sorted(set(cases) - set(CASE_NAMES))
     if unknown:
         raise ConfigError(f"unknown bench case(s) {unknown}; choose from {', '.join(CASE_NAMES)}")
+    if dataset not in DATASETS:
+        raise ConfigError(f"bench dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
+    if repeats is not None and repeats < 1:
+        raise ConfigError(f"bench repeats must be a positive integer, got {repeats}")
     small = size == "small"
-    reps = repeats or (5 if small else 7)
+    reps = repeats if repeats is not None else (5 if small else 7)
     img = _data(dataset, data_root) if image_data else _data("digits", data_root)
     digits = _data("digits", data_root)
     launches: list[Launch] = []
@@ -198,7 +208,7 @@ def plan(
         )
     )
 
-    if image_data:
+    if image_data if fedrep_data is None else fedrep_data:
         schedule = (
             ["federated.rounds=5", "federated.body_epochs=1"] if small else ["federated.rounds=6"]
         )

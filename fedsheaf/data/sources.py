@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedsheaf.errors import DataError
+from fedsheaf.errors import DataError, relative_hint
 
 __all__ = ["DATASETS", "Dataset", "clear_cache", "dataset_shape", "load_dataset"]
 
@@ -188,7 +188,8 @@ def _load_digits(split: str) -> Dataset:
 def _missing_message(key: str, root: Path, split: str, missing: list[Path]) -> str:
     files = ", ".join(str(p) for p in missing)
     return (
-        f"dataset {key!r} ({split} split) not found under data root {root}: missing {files} "
+        f"dataset {key!r} ({split} split) not found under data root {root}"
+        f"{relative_hint(root)}: missing {files} "
         f"(torchvision needs the files of both splits). "
         f"Put the files there, or set data.download=true to fetch them."
     )

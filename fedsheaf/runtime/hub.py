@@ -99,7 +99,7 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
         world.agree(lambda: None)
     run_path = Path(cfg.output.dir) / cfg.run_name()
     world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
-    loaded = load_latest(world, run_path) if cfg.checkpoint.resume else None
+    loaded = load_latest(world, run_path, cfg.train.epochs) if cfg.checkpoint.resume else None
 
     ctx = HubContext(
         cfg=cfg,

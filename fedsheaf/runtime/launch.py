@@ -11,10 +11,16 @@ from typing import Any
 from fedsheaf import checkpoint, experiment
 from fedsheaf.algorithms import DECENTRALIZED
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
-from fedsheaf.config import ExperimentConfig, dump_config, load_config, resume_config
+from fedsheaf.config import (
+    ExperimentConfig,
+    check_resume,
+    dump_config,
+    load_config,
+    resume_config,
+)
 from fedsheaf.errors import ConfigError, FedsheafError
 from fedsheaf.progress import Recorder, agent_table
-from fedsheaf.results import RunDir
+from fedsheaf.results import RunDir, check_not_foreign
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import World, init_world
 
@@ -54,7 +60,12 @@ def run_decentralized(
     first_epoch = 0
     if cfg.checkpoint.resume:
         first_epoch = restore(
-            world, run_path, algo, nbr, recorder, loaded or load_latest(job, run_path)
+            world,
+            run_path,
+            algo,
+            nbr,
+            recorder,
+            loaded or load_latest(job, run_path, cfg.train.epochs),
         )
     world.log(
         f"fedsheaf: {cfg.algorithm} '{cfg.name}' on {graph.name} ({graph.n} agents, "
@@ -103,9 +114,13 @@ def run_decentralized(
 
 
 def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
-    """Rank 0: the run directory, refusing to start over an unfinished run by accident."""
+    """Rank 0: the run directory, refusing to start over an unfinished run by accident,
+    to write into a directory that is not a run's, or to resume another experiment."""
+    check_not_foreign(path)
     if not cfg.checkpoint.resume:
         checkpoint.check_fresh_start(path, cfg.output.overwrite)
+    elif (path / "config.yaml").is_file():
+        check_resume(path, cfg)
     return RunDir(path, cfg.output.overwrite)
 
 
@@ -113,14 +128,51 @@ def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
 Loaded = tuple[checkpoint.Checkpoint | None, dict[str, Any] | None]
 
 
-def load_latest(job: World, run_path: Path) -> Loaded:
-    """Collectively on ``job``: find the newest complete checkpoint, read this rank's file."""
-    ckpt = job.bcast(
-        job.agree(lambda: checkpoint.latest(run_path, job.size) if job.is_root else None)
-    )
-    if ckpt is None:
-        return None, None
-    return ckpt, job.agree(lambda: checkpoint.load_rank(ckpt, job.rank))
+def load_latest(job: World, run_path: Path, length: int, unit: str = "epoch") -> Loaded:
+    """Collectively on ``job``: the newest complete checkpoint that every rank can read,
+    and this rank's state in it.
+
+    A checkpoint with a damaged file (a disk that filled up, a copy cut short) is
+    skipped for the one before it, with a note. A checkpoint past ``length`` (the
+    config's epochs or rounds) is an error: the run would end before it started.
+    """
+
+    def newest() -> list[checkpoint.Checkpoint]:
+        found = checkpoint.complete(run_path, job.size)
+        if found and found[0].epoch > length:
+            key = "federated.rounds" if unit == "round" else "train.epochs"
+            raise checkpoint.CheckpointError(
+                f"cannot resume {run_path}: it is checkpointed after {unit} "
+                f"{found[0].epoch}, past the {length} {unit}s asked for; resume with "
+                f"{key} >= {found[0].epoch}"
+            )
+        return found
+
+    candidates = job.bcast(job.agree(lambda: newest() if job.is_root else None))
+    problems = []
+    for ckpt in candidates:
+        try:
+            state, problem = checkpoint.load_rank(ckpt, job.rank), None
+        except checkpoint.CheckpointError as exc:
+            state, problem = None, str(exc)
+        gathered = job.gather(problem)
+        problems = job.bcast([p for p in gathered if p] if gathered is not None else None)
+        if not problems:
+            return ckpt, state
+        job.log(
+            f"fedsheaf: the checkpoint after {unit} {ckpt.epoch} cannot be used "
+            f"({problems[0]}); trying the one before"
+        )
+    if problems:
+
+        def unreadable() -> None:
+            raise checkpoint.CheckpointError(
+                f"cannot resume {run_path}: no checkpoint can be read ({problems[0]}); "
+                "start over with output.overwrite=true"
+            )
+
+        job.agree(unreadable if job.is_root else lambda: None)
+    return None, None
 
 
 def restore(

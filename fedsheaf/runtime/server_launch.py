@@ -431,7 +431,7 @@ def build_runner(cfg: ExperimentConfig, world: World, task: Task, star: Star) ->
 
 def restore(world: World, run_path: Path, rounds: Rounds) -> None:
     """Load the newest complete checkpoint on every rank and cut metrics.jsonl to it."""
-    ckpt, state = load_latest(world, run_path)
+    ckpt, state = load_latest(world, run_path, rounds.fc.rounds, "round")
     if ckpt is None or state is None:
         world.log(f"fedsheaf: no complete checkpoint in {run_path}; starting from round 1")
     else:

@@ -10,12 +10,13 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from fedsheaf.errors import ConfigError
 from fedsheaf.theory._io import write_json_atomic
 from fedsheaf.theory._threads import single_blas_thread
 from fedsheaf.theory.fedrep_linear import LinearSettings, run_linear
 from fedsheaf.theory.instances import load_ufm_config
 from fedsheaf.theory.plots import plot_distance_curves, plot_gram_ellipses, snapshot_rounds
-from fedsheaf.theory.simulate import MODES, SimResult, simulate
+from fedsheaf.theory.simulate import MODES, SimResult, SimSettings, simulate
 
 __all__ = ["configure", "run", "configure_linear", "run_linear_cli", "DEFAULT_UFM_CONFIG"]
 
@@ -23,25 +24,61 @@ DEFAULT_UFM_CONFIG = "configs/ufm_fixed.yaml"
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+#: The ``fedsheaf ufm`` options that apply to one mode only.
+_MODE_OPTIONS = {"rho": "proximal", "local_steps": "gd", "lr": "gd"}
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``fedsheaf ufm`` arguments to ``parser``.
 
     Options left unset fall back to the ``simulation:`` block of the config.
     """
+    parser.description = (
+        "Simulate head-only FedAvg in the unconstrained-feature model (UFM): each round "
+        "every client starts from the broadcast head and returns a local one (mode exact: "
+        "its selected optimal head; proximal: a proximal solve with weight --rho; gd: "
+        "--local-steps gradient steps of size --lr; joint: centralized training), and the "
+        "server averages them. Prints each round's error to the federated and centralized "
+        "fixed points and writes ufm.json and ufm_ellipses.png to --out. Options left "
+        "unset come from the config's simulation: block, else from the defaults shown."
+    )
+    d = SimSettings()
     parser.add_argument(
         "--config",
         default=DEFAULT_UFM_CONFIG,
-        help=f"UFM instance YAML (default {DEFAULT_UFM_CONFIG})",
+        help="UFM instance YAML (default: %(default)s)",
     )
-    parser.add_argument("--rounds", type=int, default=None, help="communication rounds")
-    parser.add_argument("--mode", choices=MODES, default=None, help="local behaviour of clients")
-    parser.add_argument("--rho", type=float, default=None, help="proximal weight (proximal)")
     parser.add_argument(
-        "--gamma", type=float, default=None, help="moment-correction scale in [0, 1]"
+        "--rounds", type=int, default=None, help=f"communication rounds (default: {d.rounds})"
     )
-    parser.add_argument("--local-steps", type=int, default=None, help="E of the gd mode")
-    parser.add_argument("--lr", type=float, default=None, help="step size of the gd mode")
-    parser.add_argument("--out", default="runs/ufm", help="output folder (default runs/ufm)")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default=None,
+        help=f"local behaviour of clients (default: {d.mode})",
+    )
+    parser.add_argument(
+        "--rho",
+        type=float,
+        default=None,
+        help=f"proximal weight, proximal mode (default: {d.rho:g})",
+    )
+    parser.add_argument(
+        "--gamma",
+        type=float,
+        default=None,
+        help=f"moment-correction scale in [0, 1] (default: {d.gamma:g})",
+    )
+    parser.add_argument(
+        "--local-steps",
+        type=int,
+        default=None,
+        help=f"E, local steps of the gd mode (default: {d.local_steps})",
+    )
+    parser.add_argument(
+        "--lr", type=float, default=None, help=f"step size of the gd mode (default: {d.lr:g})"
+    )
+    parser.add_argument("--out", default="runs/ufm", help="output folder (default: %(default)s)")
 
 
 def _config_path(path: str) -> Path:
@@ -88,6 +125,12 @@ def run(args: argparse.Namespace) -> int:
     settings = dataclasses.replace(
         cfg.settings, **{k: v for k, v in overrides.items() if v is not None}
     )
+    for key, mode in _MODE_OPTIONS.items():
+        if overrides[key] is not None and settings.mode != mode:
+            raise ConfigError(
+                f"ufm: option --{key.replace('_', '-')} applies only to --mode {mode}, "
+                f"not to mode {settings.mode}"
+            )
     with single_blas_thread():
         res = simulate(cfg.instance, cfg.W0, settings)
     print(_format_table(res))

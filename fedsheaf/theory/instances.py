@@ -177,7 +177,8 @@ def parse_ufm_config(raw: Any, source: str = "<config>") -> UFMConfig:
         W0 = _initial_head(top.get("init"), inst.C)
         settings = _settings(top.get("simulation"))
     except ConfigError as err:
-        raise type(err)(f"{source}: {err}") from None
+        text = str(err)  # errors of the top-level mapping already name the source
+        raise type(err)(text if text.startswith(f"{source}:") else f"{source}: {text}") from None
     return UFMConfig(instance=inst, W0=W0, settings=settings, source=source)
 
 

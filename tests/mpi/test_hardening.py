@@ -93,8 +93,17 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
     finished.mkdir(parents=True)
     (finished / "config.yaml").write_text(Path(good).read_text())
     (finished / "summary.json").write_text("{}")
+    foreign = tmp / "runs" / "notes"
+    foreign.mkdir(parents=True)
+    (foreign / "todo.txt").write_text("mine\n")
+    blocker = tmp / "afile"
+    blocker.write_text("a file, not a directory\n")
     run = ["run"]
     return [
+        (run + [good, "output.name=../escape"], "'output.name' must be a plain name"),
+        (run + [good, "name=a/b"], "'name' must be a plain name"),
+        (run + [good, "output.name=notes"], "is not a fedsheaf run (it holds todo.txt)"),
+        (run + [good, f"output.dir={blocker}"], f"cannot create run directory {blocker}/"),
         (run + [str(tmp / "nope.yaml")], "nope.yaml does not exist"),
         (run + [str(bad_yaml)], "bad.yaml is not valid YAML"),
         (run + [good, "train.epoch=2"], "unknown config key 'train.epoch' (did you mean"),

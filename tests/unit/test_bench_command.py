@@ -13,10 +13,13 @@ import time
 
 import pytest
 
+from fedsheaf import cli
 from fedsheaf.bench.command import select
 from fedsheaf.bench.plan import plan
 from fedsheaf.errors import ConfigError
 from tests.conftest import REPO
+
+LAUNCHER = "srun -n {n}"  # --dry-run resolves no mpiexec with a template
 
 
 def bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -42,7 +45,8 @@ def test_only_keeps_the_named_launches_in_plan_order():
 def test_only_on_the_command_line():
     out = bench("overhead", "--size", "full", "--only", "pair", "--dry-run")
     assert out.returncode == 0, out.stderr
-    assert [line.split(":")[0] for line in out.stdout.splitlines()] == ["pair"]
+    headings = [line for line in out.stdout.splitlines() if not line.startswith(" ")]
+    assert [line.split(" ")[0] for line in headings] == ["pair"]
     bad = bench("overhead", "--only", "nope", "--dry-run")
     assert bad.returncode != 0
     assert "--only: no launch ['nope']" in bad.stderr
@@ -79,3 +83,103 @@ def test_budget_stops_the_running_launch_skips_the_rest_and_writes_the_summary(t
     assert f"{first['label']}: stopped at its time limit" in md
     assert f"{rest[0]['label']}: skipped (--budget spent)" in md
     assert "skipped, --budget spent" in out.stdout
+
+
+def test_render_of_a_missing_or_non_json_file_is_one_error_line(tmp_path, capsys):
+    bad = tmp_path / "notes.json"
+    bad.write_text("not json\n")
+    other = tmp_path / "list.json"
+    other.write_text("[1, 2]\n")
+    for path, words in (
+        (tmp_path / "missing.json", "results file"),
+        (bad, "is not valid JSON"),
+        (other, "is not a fedsheaf bench results file"),
+    ):
+        assert cli.main(["bench", "--render", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("fedsheaf: error: --render: ") and str(path) in err, err
+        assert words in err and err.count("\n") == 1
+    assert not (tmp_path / "notes.md").exists()
+
+
+def test_render_rewrites_the_markdown_of_a_results_file(tmp_path, capsys):
+    doc = {"meta": {"tag": "t", "size": "small", "device": "cpu"}, "launches": [], "results": {}}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["bench", "--render", str(path)]) == 0
+    assert (tmp_path / "t.md").is_file()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--repeats", "0"),
+        ("--repeats", "two"),
+        ("--timeout", "-1"),
+        ("--timeout", "0"),
+        ("--launcher", "srun -n"),
+        ("--launcher", "srun -n '{n}"),
+        ("--dataset", "cifar10"),
+    ],
+)
+def test_bad_option_values_are_rejected(option, value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "overhead", "--dry-run", option, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: argument {option}:" in err and "Traceback" not in err
+
+
+def test_plan_rejects_zero_repeats_and_datasets_other_than_28x28():
+    assert plan("small", ["overhead"], repeats=1)[0].spec["repeats"] == 1
+    with pytest.raises(ConfigError, match="repeats must be a positive integer"):
+        plan("small", ["overhead"], repeats=0)
+    with pytest.raises(ConfigError, match="dataset must be one of fashionmnist, mnist"):
+        plan("small", ["overhead"], dataset="cifar10")
+
+
+def test_plan_keeps_fedrep_when_only_the_chosen_dataset_is_missing():
+    assert plan("small", ["clients"], image_data=False) == []
+    kept = plan("small", ["clients"], dataset="mnist", image_data=False, fedrep_data=True)
+    assert kept and all(la.cases == ["clients"] for la in kept)
+
+
+def test_dry_run_lists_readable_launches(monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    argv = ["bench", "overhead", "--dry-run", "--repeats", "2", "--launcher", LAUNCHER]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "{'label'" not in out
+    lines = out.splitlines()
+    assert lines[0] == "pair (2 ranks): overhead"
+    assert lines[1].startswith("    $ srun -n 2 ") and "-m fedsheaf.bench.worker" in lines[1]
+    assert lines[2].startswith("    spec: configs/pair.yaml data.dataset=fashionmnist")
+    assert "repeats=2" in lines[2]
+
+
+def test_a_requested_case_skipped_for_missing_data_is_reported(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    empty = str(tmp_path)
+    argv = ["bench", "clients", "--data-root", empty, "--launcher", LAUNCHER]
+    assert cli.main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("fedsheaf bench: note: case clients skipped: the FedRep case needs")
+    assert empty in out and out.count("\n") == 1  # nothing else: no launch
+    # a real run has nothing left to run: it says why (and runs nothing)
+    assert cli.main([*argv, "--out", str(tmp_path / "out")]) == 2
+    captured = capsys.readouterr()
+    assert "note: case clients skipped" in captured.out
+    assert "fedsheaf: error: nothing to run: case clients skipped" in captured.err
+    assert not (tmp_path / "out").exists()
+    # the decentralized cases fall back to the bundled digits, and say so
+    assert cli.main(["bench", "overhead", "--data-root", empty, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "note: fashionmnist not found under" in out and "data.dataset=digits" in out
+
+
+def test_help_describes_the_command_and_its_defaults(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Run the performance benchmarks" in out
+    assert "(default: 5 at --size small, 7 at full)" in out

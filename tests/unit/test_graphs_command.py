@@ -65,20 +65,32 @@ def test_default_output_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_build_forms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    f = str(tmp_path / "g.yaml")
+    f = str(tmp_path / "g.yaml")  # rebuilt in place: --force from the second build on
     cli("build", "class-overlap", "--classes", "0,1,2;2,3;0,3", "--dims", "16,32,16", "--out", f)
     g = load_graph(f)
     assert g.classes == ((0, 1, 2), (2, 3), (0, 3)) and g.dims == (16, 32, 16)
     assert "wrote" in capsys.readouterr().out
-    cli("build", "complete", "--dims", "1,2,3,4", "--out", f)
+    cli("build", "complete", "--dims", "1,2,3,4", "--out", f, "--force")
     assert len(load_graph(f).edges) == 6
-    cli("build", "erdos-renyi", "--dims", "8,8,8,8,8", "--p", "0.5", "--seed", "3", "--out", f)
+    cli(
+        "build",
+        "erdos-renyi",
+        "--dims",
+        "8,8,8,8,8",
+        "--p",
+        "0.5",
+        "--seed",
+        "3",
+        "--out",
+        f,
+        "--force",
+    )
     a = load_graph(f)
     cli("build", "erdos-renyi", "--dims", "8,8,8,8,8", "--p", "0.5", "--seed", "3", "--out", f)
     assert load_graph(f) == a and a.is_connected()
-    cli("build", "pair", "--dims", "64,128", "--name", "p2", "--out", f)
+    cli("build", "pair", "--dims", "64,128", "--name", "p2", "--out", f, "--force")
     assert load_graph(f) == Graph("p2", (64, 128), ((0, 1),))
-    cli("build", "ring", "--dims", "3,3,3", "--classes", "0;1;2", "--out", f)
+    cli("build", "ring", "--dims", "3,3,3", "--classes", "0;1;2", "--out", f, "--force")
     assert load_graph(f).classes == ((0,), (1,), (2,))
 
 
@@ -122,3 +134,29 @@ def test_user_errors(tmp_path: Path, argv: list[str], words: str) -> None:
 def test_unknown_kind_is_an_argparse_error() -> None:
     with pytest.raises(SystemExit):
         cli("build", "torus")
+
+
+def test_an_existing_different_file_is_kept_unless_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "pair.yaml"
+    assert cli("build", "pair", "--dim", "64", "--out", str(out)) == 0
+    first = out.read_text()
+    assert cli("build", "pair", "--dim", "64", "--out", str(out)) == 0  # same graph: no-op
+    assert "already holds this graph; left unchanged" in capsys.readouterr().out
+    with pytest.raises(GraphError, match="exists and holds a different graph.*--force"):
+        cli("build", "pair", "--dim", "128", "--out", str(out))
+    assert out.read_text() == first
+    out.write_text("not a graph: [\n")
+    with pytest.raises(GraphError, match="exists and holds a different graph"):
+        cli("build", "pair", "--dim", "128", "--out", str(out))
+    assert cli("build", "pair", "--dim", "128", "--out", str(out), "--force") == 0
+    assert load_graph(out) == table3_pair_graph(128)
+
+
+def test_cli_help_describes_graph(capsys: pytest.CaptureFixture[str]) -> None:
+    from fedsheaf import cli as main_cli
+
+    with pytest.raises(SystemExit):
+        main_cli.main(["graph", "--help"])
+    assert "Build graph files" in capsys.readouterr().out

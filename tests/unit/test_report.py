@@ -147,3 +147,11 @@ def test_cli_report_and_errors(study, tmp_path, capsys):
     with pytest.raises(ConfigError, match="no finished runs"):
         collect([tmp_path / "empty"])
     assert json.loads((study / "nc-0.6-0" / "summary.json").read_text())["algorithm"] == "noncoop"
+
+
+def test_a_corrupt_study_manifest_is_one_error_line(study, tmp_path, capsys):
+    (study / "study.json").write_text("{not json")
+    assert cli.main(["report", str(study), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedsheaf: error: {study / 'study.json'} is not valid JSON: ")
+    assert err.count("\n") == 1

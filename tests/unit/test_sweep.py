@@ -185,3 +185,32 @@ def test_timings_merge_across_invocations(tmp_path, capsys):
     record_timings(path, {"d": 1.0}, 1.0)
     assert json.loads(path.read_text())["runs"] == {"d": 1.0}
     assert "not a timings file" in capsys.readouterr().out
+
+
+def test_options_that_do_not_apply_are_errors(tmp_path, capsys):
+    study, target = str(_study(tmp_path, seeds=[0])), str(tmp_path / "x.txt")
+    for argv, words in (
+        (["--force"], "option --force applies only to --local"),
+        (["--emit", target, "--force"], "option --force applies only to --local"),
+        (["--launcher", "srun -n {n}"], "option --launcher applies only to --emit"),
+        (["--local", "--launcher", "srun -n {n}"], "option --launcher applies only to --emit"),
+    ):
+        assert cli.main(["sweep", study, *argv]) == 2
+        assert f"fedsheaf: error: {words}" in capsys.readouterr().err
+    assert not (tmp_path / "x.txt").exists()
+
+
+def test_a_missing_or_broken_study_file_is_called_a_study_file(tmp_path, capsys):
+    assert cli.main(["sweep", str(tmp_path / "missing.yaml")]) == 2
+    assert f"study file {tmp_path / 'missing.yaml'} does not exist" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("study: [\n")
+    assert cli.main(["sweep", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: study file {bad} is not valid YAML: line 2" in err and "config file" not in err
+
+
+def test_emit_with_an_unsplittable_launcher_is_an_error(tmp_path):
+    study = expand(_study(tmp_path, seeds=[0]))
+    with pytest.raises(ConfigError, match="--launcher .* cannot be split"):
+        emit(study, tmp_path / "cmds.txt", "srun -n '{n}")

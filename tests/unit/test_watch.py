@@ -122,3 +122,25 @@ def test_cli_watch_and_errors(tmp_path, capsys):
         watch(tmp_path, once=True)
     with pytest.raises(ConfigError, match="--interval"):
         watch(path, interval=0)
+
+
+def test_corrupt_config_or_summary_is_one_error_line(tmp_path, capsys):
+    path = make_decentralized(tmp_path, "run", epochs=2)
+    summary = (path / "summary.json").read_text()
+    (path / "summary.json").write_text("{broken")
+    assert cli.main(["watch", str(path), "--once"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedsheaf: error: {path / 'summary.json'} is not valid JSON: ")
+    assert err.count("\n") == 1
+    (path / "summary.json").write_text(summary)
+    (path / "config.yaml").write_text("name: x\nalgorithm: [sheaf_frl,\n")
+    assert cli.main(["watch", str(path), "--once"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedsheaf: error: config file {path / 'config.yaml'} is not valid YAML")
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_help_shows_the_interval_default(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["watch", "--help"])
+    assert "seconds between polls (default: 5.0)" in capsys.readouterr().out

@@ -1,0 +1,51 @@
+"""``fedsheaf ufm``: user errors are one readable line; options of another mode are errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedsheaf import cli
+
+
+def test_config_error_names_the_file_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "quick.yaml"
+    path.write_text("name: quickstart\n")
+    assert cli.main(["ufm", "--config", str(path), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedsheaf: error: {path}: unknown key 'name'"), err
+    assert err.count(str(path)) == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--mode", "exact", "--rho", "0.5"], "--rho applies only to --mode proximal"),
+        (["--mode", "gd", "--rho", "0.5"], "--rho applies only to --mode proximal"),
+        (["--lr", "0.5"], "--lr applies only to --mode gd, not to mode exact"),
+        (["--mode", "joint", "--local-steps", "3"], "--local-steps applies only to --mode gd"),
+    ],
+)
+def test_options_of_another_mode_are_errors(
+    argv: list[str], words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["ufm", *argv, "--out", str(tmp_path / "out")]) == 2
+    assert f"fedsheaf: error: ufm: option {words}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_help_describes_the_command_and_shows_defaults(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit):
+        cli.main(["ufm", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Simulate head-only FedAvg in the unconstrained-feature model" in out
+    for text in (
+        "communication rounds (default: 18)",
+        "local behaviour of clients (default: exact)",
+        "proximal weight, proximal mode (default: 0.001)",
+        "(default: configs/ufm_fixed.yaml)",
+        "output folder (default: runs/ufm)",
+    ):
+        assert text in out

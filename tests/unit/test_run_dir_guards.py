@@ -1,0 +1,66 @@
+"""Guards around run directories: plain names, foreign directories, resume changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedsheaf.config import dump_config, load_config, resume_changes
+from fedsheaf.errors import ConfigError, relative_hint
+from fedsheaf.results import RunDir, check_not_foreign
+
+QUICK = "configs/quickstart.yaml"
+
+
+@pytest.mark.parametrize("name", ["../x", "/abs", "a/b", "..", "."])
+def test_output_name_is_one_directory_name(name):
+    with pytest.raises(ConfigError, match="must be a plain name"):
+        load_config(QUICK, [f"output.name={name}"])
+    assert load_config(QUICK, ["output.name=ok-name_1"]).run_name() == "ok-name_1"
+
+
+def test_foreign_directories_are_refused(tmp_path):
+    check_not_foreign(tmp_path / "new")  # absent: fine
+    (tmp_path / "empty").mkdir()
+    check_not_foreign(tmp_path / "empty")
+    for marker in ("config.yaml", "metrics.jsonl", "summary.json", "checkpoints"):
+        run = tmp_path / f"run-{marker}"
+        run.mkdir()
+        (run / marker).touch()
+        (run / "notes.txt").touch()
+        check_not_foreign(run)
+    other = tmp_path / "other"
+    other.mkdir()
+    for k in range(7):
+        (other / f"f{k}.txt").touch()
+    with pytest.raises(ConfigError, match=r"holds f0.txt, f1.txt, f2.txt, f3.txt, f4.txt, \.\.\."):
+        check_not_foreign(other)
+    (tmp_path / "file").touch()
+    with pytest.raises(ConfigError, match="is a file"):
+        check_not_foreign(tmp_path / "file")
+
+
+def test_run_dir_that_cannot_be_created(tmp_path):
+    (tmp_path / "file").touch()
+    with pytest.raises(ConfigError, match="cannot create run directory .*file/run"):
+        RunDir(tmp_path / "file" / "run")
+
+
+def test_resume_may_change_length_and_places_only(tmp_path):
+    saved = load_config(QUICK)
+    same = ["train.epochs=40", "checkpoint.every=2", "data.root=/elsewhere", "train.device=cpu"]
+    assert resume_changes(saved, load_config(QUICK, same)) == []
+    changed = load_config(QUICK, ["seed=3", "sheaf.lam=0.5", "agents[1].dropout=0.5"])
+    agents, *rest = resume_changes(saved, changed)
+    assert agents.startswith("agents ([{") and "'dropout': 0.5" in agents
+    assert rest == ["seed (0 -> 3)", "sheaf.lam (0.3 -> 0.5)"]
+    copy = tmp_path / "quick4.yaml"
+    copy.write_text(open(saved.graph).read())  # the same graph file, found elsewhere
+    assert resume_changes(saved, load_config(QUICK, [f"graph={copy}"])) == []
+    copy.write_text(open(saved.graph).read() + "# edited\n")
+    assert resume_changes(saved, load_config(QUICK, [f"graph={copy}"]))[0].startswith("graph (")
+    assert "seed: 0" in dump_config(saved)
+
+
+def test_relative_hint():
+    assert relative_hint("/abs/path") == ""
+    assert relative_hint("graphs/x.yaml").startswith(" (relative to the current directory /")
