@@ -457,11 +457,17 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ex
 
 
 #: What a resumed run may change: its length, evaluation cadence, checkpointing, where
-#: its files and data are, its device. Anything else would mix two experiments.
+#: its files and data are, its device, and the step size (a diverged run is resumed from
+#: its last checkpoint with a smaller ``train.lr``, ``agents[i].lr`` or ``train.clip``).
+#: Anything else would mix two experiments. ``[*]`` stands for any agent, a trailing
+#: ``.`` for a whole section.
 RESUMABLE_KEYS = (
     "train.epochs",
     "train.eval_every",
     "train.device",
+    "train.lr",
+    "train.clip",
+    "agents[*].lr",
     "federated.rounds",
     "federated.eval_every",
     "data.root",
@@ -472,12 +478,23 @@ RESUMABLE_KEYS = (
 
 
 def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted leaves of a config tree (``agents[1].lr``; other lists are leaves)."""
     if isinstance(tree, dict):
         out: dict[str, Any] = {}
         for key, value in tree.items():
-            out.update(_flat(value, f"{prefix}{key}."))
+            out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
         return out
-    return {prefix[:-1]: tree}
+    if isinstance(tree, list) and tree and all(isinstance(v, dict) for v in tree):
+        out = {f"{prefix}.count": len(tree)}
+        for i, value in enumerate(tree):
+            out.update(_flat(value, f"{prefix}[{i}]"))
+        return out
+    return {prefix: tree}
+
+
+def _resumable(key: str) -> bool:
+    pattern = re.sub(r"\[\d+\]", "[*]", key)
+    return any(pattern == k or (k.endswith(".") and pattern.startswith(k)) for k in RESUMABLE_KEYS)
 
 
 def resume_changes(saved: ExperimentConfig, cfg: ExperimentConfig) -> list[str]:
@@ -490,9 +507,7 @@ def resume_changes(saved: ExperimentConfig, cfg: ExperimentConfig) -> list[str]:
     changes = []
     for key in sorted(old.keys() | new.keys()):
         a, b = old.get(key), new.get(key)
-        if a == b or any(
-            key == k or (k.endswith(".") and key.startswith(k)) for k in RESUMABLE_KEYS
-        ):
+        if a == b or _resumable(key):
             continue
         if key == "graph" and a and b and _same_file(a, b):
             continue

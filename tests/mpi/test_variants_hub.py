@@ -103,10 +103,17 @@ def test_fedproto_and_fedmuscle_with_a_server_rank_and_resume(tmp_path):
             f"rank-{r}.pt"
             for r in range(4)  # the server's file and one per agent
         }
-    # a checkpoint that does not fit the model: one message, exit 2, the server does not hang
+    # resuming another model: refused by rank 0 before any state loads; the server does not hang
     fedproto = tmp_path / "runs" / "fedproto-cut"
     (fedproto / "summary.json").unlink()
     bad = ["-m", "fedsheaf", "run", "--resume", str(fedproto), "agents[0].encoder=[12,16]"]
+    proc = run_mpi(4, bad, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "agents[0].encoder ([8, 16] -> [12, 16])" in proc.stderr, proc.stderr
+    # without its config.yaml the run cannot be compared: the checkpoint itself does not fit
+    (fedproto / "config.yaml").unlink()
+    bad = ["-m", "fedsheaf", "run", str(tmp_path / "hub.yaml"), "algorithm=fedproto"]
+    bad += ["output.name=fedproto-cut", "checkpoint.resume=true", "agents[0].encoder=[12,16]"]
     proc = run_mpi(4, bad, timeout=120)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.count("checkpoint does not fit this model/config") == 1, proc.stderr

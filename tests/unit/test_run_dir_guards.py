@@ -45,14 +45,17 @@ def test_run_dir_that_cannot_be_created(tmp_path):
         RunDir(tmp_path / "file" / "run")
 
 
-def test_resume_may_change_length_and_places_only(tmp_path):
+def test_resume_may_change_length_places_and_step_size_only(tmp_path):
     saved = load_config(QUICK)
     same = ["train.epochs=40", "checkpoint.every=2", "data.root=/elsewhere", "train.device=cpu"]
+    same += ["train.lr=0.01", "agents[2].lr=0.001", "train.clip=0.5"]  # recovering a divergence
     assert resume_changes(saved, load_config(QUICK, same)) == []
     changed = load_config(QUICK, ["seed=3", "sheaf.lam=0.5", "agents[1].dropout=0.5"])
-    agents, *rest = resume_changes(saved, changed)
-    assert agents.startswith("agents ([{") and "'dropout': 0.5" in agents
-    assert rest == ["seed (0 -> 3)", "sheaf.lam (0.3 -> 0.5)"]
+    assert resume_changes(saved, changed) == [
+        "agents[1].dropout (0.1 -> 0.5)",
+        "seed (0 -> 3)",
+        "sheaf.lam (0.3 -> 0.5)",
+    ]
     copy = tmp_path / "quick4.yaml"
     copy.write_text(open(saved.graph).read())  # the same graph file, found elsewhere
     assert resume_changes(saved, load_config(QUICK, [f"graph={copy}"])) == []
