@@ -17,7 +17,7 @@ from fedsheaf import cli
 from fedsheaf.bench.command import select
 from fedsheaf.bench.plan import plan
 from fedsheaf.errors import ConfigError
-from tests.conftest import REPO
+from tests.conftest import REPO, shared_data_root
 
 LAUNCHER = "srun -n {n}"  # --dry-run resolves no mpiexec with a template
 
@@ -45,7 +45,7 @@ def test_only_keeps_the_named_launches_in_plan_order():
 def test_only_on_the_command_line():
     out = bench("overhead", "--size", "full", "--only", "pair", "--dry-run")
     assert out.returncode == 0, out.stderr
-    headings = [line for line in out.stdout.splitlines() if not line.startswith(" ")]
+    headings = [ln for ln in out.stdout.splitlines() if not ln.startswith((" ", "fedsheaf"))]
     assert [line.split(" ")[0] for line in headings] == ["pair"]
     bad = bench("overhead", "--only", "nope", "--dry-run")
     assert bad.returncode != 0
@@ -147,13 +147,17 @@ def test_plan_keeps_fedrep_when_only_the_chosen_dataset_is_missing():
 def test_dry_run_lists_readable_launches(monkeypatch, capsys):
     monkeypatch.chdir(REPO)
     argv = ["bench", "overhead", "--dry-run", "--repeats", "2", "--launcher", LAUNCHER]
+    root = shared_data_root()  # the FashionMNIST copy, where this machine has one
+    if root is not None:
+        argv += ["--data-root", str(root)]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "{'label'" not in out
-    lines = out.splitlines()
+    lines = [ln for ln in out.splitlines() if not ln.startswith("fedsheaf bench: note:")]
+    dataset = "fashionmnist" if root is not None else "digits"
     assert lines[0] == "pair (2 ranks): overhead"
     assert lines[1].startswith("    $ srun -n 2 ") and "-m fedsheaf.bench.worker" in lines[1]
-    assert lines[2].startswith("    spec: configs/pair.yaml data.dataset=fashionmnist")
+    assert lines[2].startswith(f"    spec: configs/pair.yaml data.dataset={dataset}")
     assert "repeats=2" in lines[2]
 
 
