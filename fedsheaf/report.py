@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import math
 import statistics
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from typing import Any
 
 from fedsheaf.config import read_yaml
 from fedsheaf.errors import ConfigError
-from fedsheaf.results import atomic_write_text, save_figure
+from fedsheaf.results import atomic_write_text, read_json_object, save_figure
 
 METRICS = ("private_acc", "comm_acc", "comm_acc_deg")
 LAMBDA_FREE = ("noncoop",)
@@ -96,16 +95,6 @@ def default_method(cfg: dict[str, Any]) -> str:
     return name
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} does not hold a JSON object")
-    return data
-
-
 def _manifests(paths: list[Path]) -> dict[Path, tuple[dict[str, Any], list[str]]]:
     """Run directory → (manifest entry, grid keys) from every study.json at or above paths."""
     found: dict[Path, tuple[dict[str, Any], list[str]]] = {}
@@ -116,7 +105,7 @@ def _manifests(paths: list[Path]) -> dict[Path, tuple[dict[str, Any], list[str]]
             if f in seen or not f.is_file():
                 continue
             seen.add(f)
-            data = _read_json(f)
+            data = read_json_object(f)
             for run in data.get("runs", []):  # sweep layout: <sweep dir>/runs/<run name>
                 where = (f.parent / "runs" / Path(run["dir"]).name).resolve()
                 found[where] = (run, list(data.get("grid_keys", [])))
@@ -136,7 +125,7 @@ def collect(paths: list[str | Path]) -> list[RunRecord]:
         if not (d / "config.yaml").is_file():
             continue
         cfg = read_yaml(d / "config.yaml")
-        summary = _read_json(d / "summary.json")
+        summary = read_json_object(d / "summary.json")
         entry, _ = manifests.get(d, (None, []))
         method = entry["method"] if entry else default_method(cfg)
         if entry is not None:  # the sweep's own grid for this method (maybe none)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ import yaml
 
 from fedsheaf.config import SERVER_BASED, yaml_problem
 from fedsheaf.errors import ConfigError
-from fedsheaf.results import atomic_write_text, read_metrics, save_figure
+from fedsheaf.results import atomic_write_text, read_json_object, read_metrics, save_figure
 from fedsheaf.units import human_bytes
 
 DECENTRALIZED_COLS = ("private_acc", "comm_acc", "comm_acc_deg", "score_val")
@@ -80,10 +79,7 @@ def load_run(path: str | Path) -> RunInfo:
     records = read_metrics(path / "metrics.jsonl") if (path / "metrics.jsonl").is_file() else []
     summary = None
     if (path / "summary.json").is_file():
-        try:
-            summary = json.loads((path / "summary.json").read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path / 'summary.json'} is not valid JSON: {exc}") from None
+        summary = read_json_object(path / "summary.json")
     info = RunInfo(path, _load_yaml(path / "config.yaml"), records, summary)
     info.final = final_metrics(info)
     return info

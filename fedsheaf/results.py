@@ -160,6 +160,18 @@ class RunDir:
         atomic_write_json(self.path / "summary.json", summary)
 
 
+def read_json_object(path: str | Path) -> dict[str, Any]:
+    """A JSON file holding one object (a summary, a manifest); ConfigError otherwise."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} does not hold a JSON object")
+    return data
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """All complete records of a metrics.jsonl file (a torn last line is skipped)."""
     records = []

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from fedsheaf.config import SERVER_BASED, read_yaml
 from fedsheaf.errors import ConfigError
+from fedsheaf.results import read_json_object
 from fedsheaf.units import human_bytes
 
 
@@ -141,16 +142,6 @@ def _read_config(run_dir: Path) -> dict[str, Any] | None:
     return read_yaml(path)
 
 
-def _read_summary(path: Path) -> dict[str, Any]:
-    try:
-        summary = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(summary, dict):
-        raise ConfigError(f"{path} does not hold a JSON object")
-    return summary
-
-
 def watch(
     run_dir: str | Path,
     interval: float = 5.0,
@@ -183,7 +174,7 @@ def watch(
                 seen += 1
                 print(line, file=out, flush=True)
         if done:
-            summary = _read_summary(run_dir / "summary.json")
+            summary = read_json_object(run_dir / "summary.json")
             print(finished_line(summary), file=out, flush=True)
             return 0
         if once:
