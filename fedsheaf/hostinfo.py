@@ -37,7 +37,8 @@ def physical_cores(cpus: list[int] | None = None, sysfs: Path = SYSFS_CPUS) -> i
     A core is a (package, core id) pair from Linux's
     ``<sysfs>/cpu<N>/topology/{physical_package_id,core_id}``. Where that topology
     cannot be read (not Linux, a container hiding ``/sys``), every CPU counts as a
-    core, which is what the OS reports and never more than the truth allows.
+    core: on an SMT machine that overcounts, and Open MPI may then refuse a launch
+    that ``--oversubscribe`` (or ``mpiexec --use-hwthread-cpus``) would allow.
     """
     ids = usable_cpu_ids() if cpus is None else cpus
     cores = set()
