@@ -409,19 +409,22 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{where}{what or exc}".replace("\n", " ")
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping, turning I/O and syntax problems into ConfigError."""
+def read_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """Read a YAML mapping, turning I/O and syntax problems into ConfigError.
+
+    ``what`` names the file in messages (``study file``, ``config file``).
+    """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"config file {p} does not exist")
+        raise ConfigError(f"{what} {p} does not exist")
     try:
         raw = yaml.safe_load(p.read_text())
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"config file {p} cannot be read: {exc}") from None
+        raise ConfigError(f"{what} {p} cannot be read: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {p} is not valid YAML: {yaml_problem(exc)}") from None
+        raise ConfigError(f"{what} {p} is not valid YAML: {yaml_problem(exc)}") from None
     if not isinstance(raw, dict):
-        raise ConfigError(f"config file {p} must hold a YAML mapping at top level")
+        raise ConfigError(f"{what} {p} must hold a YAML mapping at top level")
     return raw
 
 

@@ -167,12 +167,7 @@ def expand(study_path: str | Path, extra: list[str] | None = None) -> Study:
     """
     path = Path(study_path)
     where = f"study file {path}"
-    if not path.is_file():
-        raise ConfigError(f"{where} does not exist")
-    try:
-        raw = read_yaml(path)
-    except ConfigError as exc:  # read_yaml calls every file it reads a config file
-        raise ConfigError(str(exc).replace(f"config file {path}", where, 1)) from None
+    raw = read_yaml(path, what="study file")
     _unknown(raw, STUDY_KEYS, where)
     for key in ("study", "config", "axis", "methods"):
         if key not in raw:

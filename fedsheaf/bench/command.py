@@ -39,6 +39,7 @@ from fedsheaf.bench.plan import (
     plan,
 )
 from fedsheaf.errors import ConfigError
+from fedsheaf.hostinfo import local_launcher
 
 
 def _positive_int(text: str) -> int:
@@ -166,8 +167,6 @@ def _launcher(
     template: str | None, ranks: int, flags: list[str]
 ) -> tuple[list[str], dict[str, str]]:
     if template is None:
-        from fedsheaf.hostinfo import local_launcher
-
         cmd, env = local_launcher(ranks)
         cmd = [cmd[0], *flags, *cmd[1:]]
     else:
