@@ -104,6 +104,12 @@ class SheafConfig:
         "batches leave the device idle; BatchNorm and whitening then use the union's batch "
         "statistics)",
     )
+    overlap_exchange: bool = spec(
+        False,
+        doc="back-propagate the private batch while the pilots are in flight: the same "
+        "gradients, bit for bit; it pays where a step waits for neighbours while the device "
+        "could compute (a GPU); no effect with fused_pilots (one graph for both)",
+    )
 
 
 @dataclass
@@ -473,6 +479,7 @@ RESUMABLE_KEYS = (
     "train.lr",
     "train.clip",
     "agents[*].lr",
+    "sheaf.overlap_exchange",
     "federated.rounds",
     "federated.eval_every",
     "data.root",

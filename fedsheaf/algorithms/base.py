@@ -39,6 +39,22 @@ class TrainingDiverged(FedsheafError):
     """The loss became NaN or infinite."""
 
 
+class Pending(Protocol):
+    """An exchange in flight (see runtime.topology.PendingExchange)."""
+
+    def wait(self) -> list[Any]: ...
+
+
+@dataclass
+class Arrived:
+    """An exchange that finished when it started (neighbourhoods without MPI)."""
+
+    matrices: list[Any]
+
+    def wait(self) -> list[Any]:
+        return self.matrices
+
+
 class Exchange(Protocol):
     """What an algorithm needs from the runtime's neighbourhood (see runtime.topology)."""
 
@@ -47,6 +63,12 @@ class Exchange(Protocol):
     def exchange(self, mat: torch.Tensor, shapes: Any = None, device: Any = None) -> list[Any]: ...
 
     def exchange_each(self, mats: Any, shapes: Any = None, device: Any = None) -> list[Any]: ...
+
+    def start_exchange(
+        self, mat: torch.Tensor, shapes: Any = None, device: Any = None
+    ) -> Pending: ...
+
+    def start_exchange_each(self, mats: Any, shapes: Any = None, device: Any = None) -> Pending: ...
 
     def take_round_bytes(self) -> dict[int, int]: ...
 
@@ -83,6 +105,11 @@ class Agent:
     model: Any  # fedsheaf.models.encoders.AgentModel
     device: torch.device
     steps_per_epoch: int
+
+
+#: What :meth:`DecentralizedAlgorithm.regulariser` returns: a term, a term still
+#: waiting for its inputs, or nothing.
+Regulariser = torch.Tensor | Callable[[], torch.Tensor] | None
 
 
 def build_optimizer(
@@ -135,8 +162,14 @@ class DecentralizedAlgorithm:
         """Loss of one private batch (subclasses may add terms on its latents)."""
         return F.cross_entropy(self.model(x), y)
 
-    def regulariser(self, epoch: int, step: int) -> torch.Tensor | None:
-        """Extra loss term of this step (None: independent training)."""
+    def regulariser(self, epoch: int, step: int) -> Regulariser:
+        """Extra loss term of this step (None: independent training).
+
+        A callable instead of a tensor is a term that still waits for something in
+        flight (the neighbours' pilots): the loop back-propagates the task loss
+        first, then calls it and back-propagates the term. The gradients are the
+        same sum ∇CE + ∇R either way.
+        """
         return None
 
     def end_epoch(self, epoch: int) -> None:
@@ -212,12 +245,19 @@ class DecentralizedAlgorithm:
                 # checked before the exchange, so a diverged agent stops before its neighbours do
                 self._check_finite(loss, epoch, step)
             extra = self.regulariser(epoch, step)  # times its own phases
+            self.optimizer.zero_grad(set_to_none=True)
+            to_backward = loss
+            if callable(extra):
+                with timer("backward"):
+                    loss.backward()
+                extra = to_backward = extra()
+                loss = loss.detach() + extra
+            elif extra is not None:
+                loss = to_backward = loss + extra
             if extra is not None:
-                loss = loss + extra
                 self._check_finite(loss, epoch, step)
             with timer("backward"):
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                to_backward.backward()
             with timer("optimizer"):
                 if tc.clip is not None:
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip)

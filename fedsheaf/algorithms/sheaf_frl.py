@@ -1,8 +1,11 @@
 """Sheaf-FRL (SPEC §2, Algorithm 1): pilot exchange, closed-form maps, sheaf penalty.
 
-Per step: ``A_i = encoder(pilot batch)`` → ``nbr.exchange(A_i)`` returns every
-neighbour's ``A_j`` → maps of incident edges (refreshed per step, or fitted once
-per epoch from the pilot window) → ``sheaf_penalty`` joins the task loss.
+Per step: ``A_i = encoder(pilot batch)`` → ``nbr.start_exchange(A_i)`` posts it to
+the neighbours → (``sheaf.overlap_exchange``: the base loop back-propagates the
+private batch meanwhile) → every neighbour's ``A_j`` arrives → maps of incident edges
+(refreshed per step, or fitted once per epoch from the pilot window) →
+``sheaf_penalty`` is back-propagated. The gradient is the same sum as with one
+backward of ``CE + R``.
 Which pilots make up ``A_i`` (uniform, stratified, prototypes, Parseval) is
 decided by :class:`~fedsheaf.algorithms.sheaf_frl_pilots.PilotPlan`; the
 homogeneous and strict-privacy variants live in ``sheaf_frl_variants``.
@@ -17,7 +20,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm, Exchange, Reporter
+from fedsheaf.algorithms.base import (
+    Agent,
+    DecentralizedAlgorithm,
+    Exchange,
+    Pending,
+    Regulariser,
+    Reporter,
+)
 from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
 from fedsheaf.sheaf.maps import PilotWindow, stiefel_map
 from fedsheaf.sheaf.penalty import agent_lambda, sheaf_penalty
@@ -67,13 +77,30 @@ class SheafFRL(DecentralizedAlgorithm):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return (a_own, a_j) if self.is_head[j] else (a_j, a_own)
 
-    def regulariser(self, epoch: int, step: int) -> torch.Tensor:
-        a, timer = self.agent, self.timer
+    def regulariser(self, epoch: int, step: int) -> Regulariser:
+        timer = self.timer
         with timer("pilot_forward"):
             a_own = self.pilot_matrix(epoch, step)
         with timer("exchange"):
-            received = self.nbr.exchange(a_own, shapes=self.recv_shapes, device=a.device)
-        own = a_own.detach()
+            pending = self.send_pilots(a_own.detach())
+
+        def finish() -> torch.Tensor:
+            with timer("exchange"):
+                received = pending.wait()
+            return self.penalty(a_own, received)
+
+        # With fused pilots the private batch and the pilots share one graph: nothing
+        # can be back-propagated before the penalty is known.
+        sc = self.cfg.sheaf
+        return finish if sc.overlap_exchange and not sc.fused_pilots else finish()
+
+    def send_pilots(self, own: torch.Tensor) -> Pending:
+        """Post this step's message(s) to the neighbours; ``own`` is ``A_i``, detached."""
+        return self.nbr.start_exchange(own, shapes=self.recv_shapes, device=self.agent.device)
+
+    def penalty(self, a_own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
+        """Update the maps from this step's pilots and return ``R_i`` (differentiable)."""
+        own, timer = a_own.detach(), self.timer
         with timer("maps"):
             for j, a_j in zip(self.nbr.neighbours, received, strict=True):
                 head, tail = self._head_tail(j, own, a_j)

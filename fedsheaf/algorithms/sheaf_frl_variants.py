@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from fedsheaf.algorithms.base import Agent, Exchange, Reporter
+from fedsheaf.algorithms.base import Agent, Exchange, Pending, Reporter
 from fedsheaf.algorithms.sheaf_frl import SheafFRL
 from fedsheaf.metrics import accuracy
 from fedsheaf.seeding import torch_generator
@@ -62,14 +62,15 @@ class TransportedSheafFRL(SheafFRL):
         return self.side_refits(self.is_head[j], refresh)
 
     # ---- the step -----------------------------------------------------------
-    def regulariser(self, epoch: int, step: int) -> torch.Tensor:
-        a_own = self.pilot_matrix(epoch, step)
-        own = a_own.detach()
-        received = self.nbr.exchange_each(
+    def send_pilots(self, own: torch.Tensor) -> Pending:
+        return self.nbr.start_exchange_each(
             [self.out_maps[j] @ own for j in self.nbr.neighbours],
             shapes=self.msg_shapes,
             device=self.agent.device,
         )
+
+    def penalty(self, a_own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
+        own = a_own.detach()
         refresh_now = self.cfg.sheaf.map_refresh == "step" or self.refreshes == 0
         for j, m in zip(self.nbr.neighbours, received, strict=True):
             if refresh_now and self.refits(j, self.refreshes):

@@ -144,6 +144,7 @@ class Epochs:
 OVERHEAD_METHODS: dict[str, list[str]] = {
     "noncoop": ["algorithm=noncoop"],
     "sheaf_frl": ["algorithm=sheaf_frl"],
+    "sheaf_frl_overlap": ["algorithm=sheaf_frl", "sheaf.overlap_exchange=true"],
     "sheaf_frl_fused": ["algorithm=sheaf_frl", "sheaf.fused_pilots=true"],
 }
 

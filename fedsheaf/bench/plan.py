@@ -3,13 +3,14 @@
 Two sizes:
 
 * ``small`` — fits a 2-core CPU machine in minutes: the Table-3 pair on FashionMNIST
-  (2 ranks), the quickstart mesh (4 ranks), the 15 Table-2 agents on the bundled
-  digits (bytes and speedup: the byte counts depend only on d_i, K and the graph),
+  (2 ranks; also as "twins", two copies of one agent), the quickstart mesh (4 ranks),
+  the 15 Table-2 agents on the bundled digits (bytes and speedup: the byte counts
+  depend only on d_i, K and the graph),
   weak scaling 1→2 ranks, and FedRep with 100 clients on 4, 2 and 1 workers with a
   shortened schedule (dynamic placement; on 4 workers also balanced and static).
 * ``full`` — the paper's sizes for a GPU (``--device cuda``) or a many-core node: the
-  15-agent study at full epochs, weak scaling 1→16 ranks, the FedRep schedule of
-  SPEC §4 on 4 workers (dynamic, balanced and static placement).
+  15-agent study at full epochs, the pair and its twins, weak scaling 1→16 ranks, the
+  FedRep schedule of SPEC §4 on 4 workers (dynamic, balanced and static placement).
 
 Every launch is one ``mpiexec`` running :mod:`fedsheaf.bench.worker` with a spec
 (a JSON-able dict); cases listed together share the launch's start-up cost.
@@ -37,6 +38,9 @@ SCALING_AGENT = {"encoder": [16, 32, 64], "head": [128], "dropout": 0.2}
 SMALL_PILOT_AGENTS = [2, 6, 11]
 #: Sheaf-FRL with K = B/8 pilots per step (batch 64): what target 1 costs at a smaller K.
 K_EIGHTH_64 = {"sheaf_frl_k/8": ["algorithm=sheaf_frl", "sheaf.pilot_batch=8"]}
+#: The pair with agent 1 a copy of agent 0's model: the neighbours then wait for each
+#: other only by jitter, which overlapping the exchange with the backward can hide.
+TWINS = ["agents[1].encoder=[32,64,128]", "agents[1].head=[64,32]", "agents[1].dropout=0.3"]
 
 
 @dataclass
@@ -58,6 +62,17 @@ class Launch:
 
 def _data(dataset: str, root: str) -> list[str]:
     return [f"data.dataset={dataset}", f"data.root={root}"]
+
+
+def _twins(img: list[str], reps: int, small: bool) -> Launch:
+    limit = ["data.limit=6000", "train.steps_per_epoch=8"] if small else []
+    return Launch(
+        "twins",
+        2,
+        ["overhead"],
+        {"config": "configs/pair.yaml", "overrides": [*img, *limit, *TWINS], "repeats": reps},
+        env={"FEDSHEAF_THREADS": "1"},
+    )
 
 
 def parse_counts(text: str, what: str) -> list[int]:
@@ -117,6 +132,7 @@ def plan(
                     "extra_methods": K_EIGHTH_64,
                 },
             ),
+            _twins(img, reps, small),
             Launch(
                 "quickstart",
                 4,
@@ -188,6 +204,7 @@ def plan(
                     "extra_methods": K_EIGHTH_64,
                 },
             ),
+            _twins(img, reps, small),
         ]
 
     counts = list(scaling_ranks or ([1, 2] if small else [1, 2, 4, 8, 16]))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fedsheaf.algorithms.base import Arrived
 from fedsheaf.hostinfo import usable_cpus
 
 if TYPE_CHECKING:
@@ -72,6 +73,12 @@ class NoNeighbours:
 
     def exchange_each(self, mats: Any, shapes: Any = None, device: Any = None) -> list[Any]:
         return []
+
+    def start_exchange(self, mat: Any, shapes: Any = None, device: Any = None) -> Arrived:
+        return Arrived([])
+
+    def start_exchange_each(self, mats: Any, shapes: Any = None, device: Any = None) -> Arrived:
+        return Arrived([])
 
     def take_round_bytes(self) -> dict[int, int]:
         return {}

@@ -52,6 +52,7 @@ def _overhead_rows(
     for r in results:
         for method, target_id, floor_key in (
             ("sheaf_frl", "1", "floor_ratio"),
+            ("sheaf_frl_overlap", "1-overlap", "floor_ratio"),
             ("sheaf_frl_fused", "1-fused", "batched_ratio"),
             ("sheaf_frl_k/8", "1-K/8", None),
         ):

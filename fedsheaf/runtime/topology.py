@@ -1,16 +1,21 @@
 """Neighbour exchange over an MPI distributed-graph communicator.
 
 Each rank talks only to its graph neighbours. Matrices travel as contiguous
-float32 buffers through neighbourhood collectives (``Neighbor_allgatherv`` for
-one message to all neighbours, ``Neighbor_alltoallv`` for a different message
+float32 buffers through neighbourhood collectives (``Ineighbor_allgatherv`` for
+one message to all neighbours, ``Ineighbor_alltoallv`` for a different message
 per neighbour); their shapes may differ per neighbour (different latent sizes
 d_j). When the caller already knows the shapes it will receive (pilot matrices
 are d_j × K), it passes them and no shape header is sent.
+
+``start_exchange``/``start_exchange_each`` post the collective and return a
+:class:`PendingExchange` whose ``wait()`` returns the received matrices;
+``exchange``/``exchange_each`` are the two in one call. The training step uses the
+split form to back-propagate the private batch while the pilots are in flight.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -20,12 +25,38 @@ Shape = tuple[int, int]
 
 
 def _as_buffer(mat: torch.Tensor | np.ndarray) -> np.ndarray:
+    """A float32 C-contiguous copy: the caller may change ``mat`` while a send is in flight."""
     if isinstance(mat, torch.Tensor):
         mat = mat.detach().to("cpu", torch.float32).numpy()
-    buf = np.ascontiguousarray(mat, dtype=np.float32)
+    buf = np.array(mat, dtype=np.float32, order="C", copy=True)
     if buf.ndim != 2:
         raise ValueError(f"neighbour exchange sends 2-D matrices, got shape {buf.shape}")
     return buf
+
+
+class PendingExchange:
+    """A posted neighbourhood collective; :meth:`wait` completes it (once).
+
+    Holds the send and receive buffers until completion, as MPI requires.
+    """
+
+    def __init__(
+        self,
+        request: MPI.Request,
+        keep: tuple[np.ndarray, ...],
+        recv: np.ndarray,
+        split: Callable[[np.ndarray], list[torch.Tensor]],
+    ) -> None:
+        self._request, self._keep, self._recv, self._split = request, keep, recv, split
+        self._result: list[torch.Tensor] | None = None
+
+    def wait(self) -> list[torch.Tensor]:
+        """Block until every neighbour's message has arrived; return them in neighbour order."""
+        if self._result is None:
+            self._request.Wait()
+            self._result = self._split(self._recv)
+            self._keep = ()
+        return self._result
 
 
 class Neighbourhood:
@@ -81,28 +112,76 @@ class Neighbourhood:
         )
         return counts, displs, sum(counts)
 
+    def _shapes_of_one(self, buf: np.ndarray, shapes: Sequence[Shape] | None) -> list[Shape]:
+        """The receive shapes: given, else one blocking header round (16 B per neighbour)."""
+        if shapes is not None:
+            return list(shapes)
+        header = np.empty((self.degree, 2), dtype=np.int64)
+        self.comm.Neighbor_allgather(np.array(buf.shape, dtype=np.int64), header)
+        self._count([16] * self.degree)
+        return [tuple(map(int, s)) for s in header]
+
+    def _shapes_of_each(
+        self, bufs: Sequence[np.ndarray], shapes: Sequence[Shape] | None
+    ) -> list[Shape]:
+        if shapes is not None:
+            return list(shapes)
+        send_shapes = np.array([b.shape for b in bufs], dtype=np.int64).reshape(-1, 2)
+        header = np.empty((self.degree, 2), dtype=np.int64)
+        self.comm.Neighbor_alltoall(send_shapes, header)
+        self._count([16] * self.degree)
+        return [tuple(map(int, s)) for s in header]
+
+    def start_exchange(
+        self,
+        mat: torch.Tensor | np.ndarray,
+        shapes: Sequence[Shape] | None = None,
+        device: torch.device | None = None,
+    ) -> PendingExchange:
+        """Post the sending of one matrix to every neighbour; ``wait()`` returns theirs.
+
+        ``shapes`` (one (rows, cols) per neighbour) skips the shape header when
+        the caller knows what it will receive; without it the header round blocks.
+        """
+        buf = _as_buffer(mat)
+        shapes = self._shapes_of_one(buf, shapes)
+        counts, displs, total = self._layout(shapes)
+        recv = np.empty(total, dtype=np.float32)
+        request = self.comm.Ineighbor_allgatherv(
+            [buf, MPI.FLOAT], [recv, (counts, displs), MPI.FLOAT]
+        )
+        self._count([buf.nbytes] * self.degree)
+        return PendingExchange(request, (buf,), recv, lambda r: self._split(r, shapes, device))
+
+    def start_exchange_each(
+        self,
+        mats: Sequence[torch.Tensor | np.ndarray],
+        shapes: Sequence[Shape] | None = None,
+        device: torch.device | None = None,
+    ) -> PendingExchange:
+        """Post ``mats[k]`` to neighbour k; ``wait()`` returns what each sent to us."""
+        if len(mats) != self.degree:
+            raise ValueError(f"exchange_each needs {self.degree} matrices, got {len(mats)}")
+        bufs = [_as_buffer(m) for m in mats]
+        shapes = self._shapes_of_each(bufs, shapes)
+        scounts, sdispls, _ = self._layout([b.shape for b in bufs])
+        send = np.concatenate([b.ravel() for b in bufs]) if bufs else np.empty(0, np.float32)
+        rcounts, rdispls, total = self._layout(shapes)
+        recv = np.empty(total, dtype=np.float32)
+        request = self.comm.Ineighbor_alltoallv(
+            [send, (scounts, sdispls), MPI.FLOAT], [recv, (rcounts, rdispls), MPI.FLOAT]
+        )
+        self._count([b.nbytes for b in bufs])
+        return PendingExchange(request, (send,), recv, lambda r: self._split(r, shapes, device))
+
     def exchange(
         self,
         mat: torch.Tensor | np.ndarray,
         shapes: Sequence[Shape] | None = None,
         device: torch.device | None = None,
     ) -> list[torch.Tensor]:
-        """Send the same matrix to every neighbour; return theirs in neighbour order.
-
-        ``shapes`` (one (rows, cols) per neighbour) skips the shape header when
-        the caller knows what it will receive.
-        """
-        buf = _as_buffer(mat)
-        if shapes is None:
-            header = np.empty((self.degree, 2), dtype=np.int64)
-            self.comm.Neighbor_allgather(np.array(buf.shape, dtype=np.int64), header)
-            shapes = [tuple(map(int, s)) for s in header]
-            self._count([16] * self.degree)
-        counts, displs, total = self._layout(shapes)
-        recv = np.empty(total, dtype=np.float32)
-        self.comm.Neighbor_allgatherv([buf, MPI.FLOAT], [recv, (counts, displs), MPI.FLOAT])
-        self._count([buf.nbytes] * self.degree)
-        return self._split(recv, shapes, device)
+        """Send the same matrix to every neighbour; return theirs in neighbour order."""
+        return self.start_exchange(mat, shapes, device).wait()
 
     def exchange_each(
         self,
@@ -111,24 +190,7 @@ class Neighbourhood:
         device: torch.device | None = None,
     ) -> list[torch.Tensor]:
         """Send ``mats[k]`` to neighbour k; return what each neighbour sent to us."""
-        if len(mats) != self.degree:
-            raise ValueError(f"exchange_each needs {self.degree} matrices, got {len(mats)}")
-        bufs = [_as_buffer(m) for m in mats]
-        if shapes is None:
-            send_shapes = np.array([b.shape for b in bufs], dtype=np.int64).reshape(-1, 2)
-            header = np.empty((self.degree, 2), dtype=np.int64)
-            self.comm.Neighbor_alltoall(send_shapes, header)
-            shapes = [tuple(map(int, s)) for s in header]
-            self._count([16] * self.degree)
-        scounts, sdispls, _ = self._layout([b.shape for b in bufs])
-        send = np.concatenate([b.ravel() for b in bufs]) if bufs else np.empty(0, np.float32)
-        rcounts, rdispls, total = self._layout(shapes)
-        recv = np.empty(total, dtype=np.float32)
-        self.comm.Neighbor_alltoallv(
-            [send, (scounts, sdispls), MPI.FLOAT], [recv, (rcounts, rdispls), MPI.FLOAT]
-        )
-        self._count([b.nbytes for b in bufs])
-        return self._split(recv, shapes, device)
+        return self.start_exchange_each(mats, shapes, device).wait()
 
     def free(self) -> None:
         self.comm.Free()

@@ -34,11 +34,11 @@ def bench(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 
 def test_only_keeps_the_named_launches_in_plan_order():
     launches = plan("full", ["overhead", "speedup"])
-    assert [la.label for la in launches] == ["table2", "pair"]
+    assert [la.label for la in launches] == ["table2", "pair", "twins"]
     assert [la.label for la in select(launches, "pair")] == ["pair"]
     assert [la.label for la in select(launches, " pair,table2 ")] == ["table2", "pair"]
     assert select(launches, None) == launches
-    with pytest.raises(ConfigError, match=r"no launch \['scaling'\].*planned: table2, pair"):
+    with pytest.raises(ConfigError, match=r"no launch \['scaling'\].*planned: table2, pair, twins"):
         select(launches, "pair,scaling")
 
 

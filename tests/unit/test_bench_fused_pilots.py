@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fedsheaf import experiment
-from fedsheaf.algorithms.base import Agent
+from fedsheaf.algorithms.base import Agent, Arrived
 from fedsheaf.algorithms.sheaf_frl import SheafFRL
 from fedsheaf.bench.ranks import Silent
 from fedsheaf.config import load_config
@@ -35,6 +35,12 @@ class OneNeighbour:
         return [self.a_j.clone()]
 
     def exchange_each(self, mats: Any, shapes: Any = None, device: Any = None) -> list[Any]:
+        raise NotImplementedError
+
+    def start_exchange(self, mat: Any, shapes: Any = None, device: Any = None) -> Arrived:
+        return Arrived(self.exchange(mat, shapes, device))
+
+    def start_exchange_each(self, mats: Any, shapes: Any = None, device: Any = None) -> Arrived:
         raise NotImplementedError
 
     def take_round_bytes(self) -> dict[int, int]:
@@ -61,7 +67,9 @@ def step_loss(algo: SheafFRL, epoch: int, step: int) -> torch.Tensor:
     """The loss of one step as the base loop builds it (task loss, then the regulariser)."""
     d = algo.agent.data
     algo._next_step = (epoch, step)
-    loss = algo.task_loss(d.x_train[:32], d.y_train[:32]) + algo.regulariser(epoch, step)
+    task = algo.task_loss(d.x_train[:32], d.y_train[:32])
+    extra = algo.regulariser(epoch, step)
+    loss = task + (extra() if callable(extra) else extra)
     algo.model.zero_grad(set_to_none=True)
     loss.backward()
     return loss.detach()

@@ -9,7 +9,7 @@ import torch
 
 from fedsheaf import checkpoint, experiment
 from fedsheaf.algorithms import DECENTRALIZED
-from fedsheaf.algorithms.base import Agent
+from fedsheaf.algorithms.base import Agent, Arrived
 from fedsheaf.algorithms.sheaf_frl import SheafFRL
 from fedsheaf.checkpoint import CheckpointError
 from fedsheaf.config import ExperimentConfig
@@ -147,6 +147,12 @@ class EchoNeighbour:
 
     def exchange_each(self, mats, shapes=None, device=None):
         return [m.detach().clone() for m in mats]
+
+    def start_exchange(self, mat, shapes=None, device=None):
+        return Arrived(self.exchange(mat, shapes, device))
+
+    def start_exchange_each(self, mats, shapes=None, device=None):
+        return Arrived(self.exchange_each(mats, shapes, device))
 
     def take_round_bytes(self):
         return {1: 0}
