@@ -93,10 +93,10 @@ def test_lost_rank_and_diverged_agent_stop_the_job(tmp_path):
     epoch = _assert_intact(run, 2)
 
     # resume, with agent 1 diverging on its first step: one message, non-zero, checkpoint kept
+    # (its neighbours have posted their pilots and wait with an exchange in flight)
     start = time.monotonic()
-    proc2 = run_mpi(
-        4, ["-m", "fedsheaf", "run", "--resume", str(run), "agents[1].lr=1e30"], timeout=120
-    )
+    resume = ["--resume", str(run), "agents[1].lr=1e30", "sheaf.overlap_exchange=true"]
+    proc2 = run_mpi(4, ["-m", "fedsheaf", "run", *resume], timeout=120)
     assert proc2.returncode != 0
     message = f"fedsheaf: error on rank 1: agent 1: loss became nan in epoch {epoch + 1}, step"
     assert proc2.stderr.count(message) == 1, proc2.stderr

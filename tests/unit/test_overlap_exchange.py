@@ -52,19 +52,24 @@ class LoggingNeighbour:
         return {}
 
 
-def step_order(*overrides: str) -> list[str]:
-    cfg = load_config("configs/quickstart.yaml", ["train.steps_per_epoch=1", *overrides])
+def build(steps: int, *overrides: str) -> tuple[SheafFRL, list[str]]:
+    cfg = load_config("configs/quickstart.yaml", [f"train.steps_per_epoch={steps}", *overrides])
     graph = experiment.build_graph(cfg, 4)
     ds, part = experiment.load_and_partition(cfg)
     device = torch.device("cpu")
     data = experiment.agent_data(ds, part, 0, device)
     model = experiment.agent_model(cfg, ds, 0, device)
-    a_j = torch.randn(graph.dims[1], cfg.sheaf.pilot_batch, generator=torch.Generator())
+    gen = torch.Generator().manual_seed(3)
+    a_j = torch.randn(graph.dims[1], cfg.sheaf.pilot_batch, generator=gen)
     log: list[str] = []
     nbr = LoggingNeighbour(a_j, log)
-    algo = SheafFRL(Agent(0, cfg, graph, data, model, device, 1), nbr, Silent())
+    return SheafFRL(Agent(0, cfg, graph, data, model, device, steps), nbr, Silent()), log
+
+
+def step_order(*overrides: str) -> list[str]:
+    algo, log = build(1, *overrides)
     # only the private loss reaches the head's last bias
-    list(model.head.parameters())[-1].register_hook(lambda g: log.append("private backward"))
+    list(algo.model.head.parameters())[-1].register_hook(lambda g: log.append("private backward"))
     algo.train_epoch(0)
     return log
 
@@ -82,3 +87,15 @@ def step_order(*overrides: str) -> list[str]:
 )
 def test_private_backward_runs_while_the_pilots_travel(overrides, order) -> None:
     assert step_order(*overrides) == order
+
+
+def test_overlapped_training_is_bitwise_the_blocking_one() -> None:
+    """Two backward passes (CE, then R) leave the same gradients as one of CE + R."""
+    states, losses = [], []
+    for overlap in ("false", "true"):
+        algo, _ = build(4, f"sheaf.overlap_exchange={overlap}", "sheaf.map_refresh=step")
+        losses.append([algo.train_epoch(e) for e in range(2)])
+        states.append(algo.model.state_dict())
+    assert losses[0] == losses[1]
+    for name, value in states[0].items():
+        assert torch.equal(value, states[1][name]), name
