@@ -21,7 +21,8 @@ Every run is ``method × axis value × grid point × seed`` and becomes the comm
 ``<sweep dir>/runs``. ``--local`` runs them one after another (skipping finished ones
 and resuming interrupted ones from their checkpoints),
 ``--emit`` writes them one per line for a SLURM job array, and without either the plan
-is printed. ``study.json`` in the sweep directory records every run for ``fedsheaf report``.
+is printed and nothing is written. ``study.json`` in the sweep directory records every
+run for ``fedsheaf report``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import json
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -128,7 +130,10 @@ def _list(raw: Any, where: str) -> list[Any]:
 
 
 def _preset_config(preset: str, value: Any, base: Path, out: Path) -> Path:
-    """Write the run config (and graph) of preset ``preset`` at ``value``; return its path."""
+    """Write the run config (and graph) of preset ``preset`` at ``value`` under ``out``.
+
+    Returns the config's path relative to ``out``.
+    """
     from fedsheaf.graphs import save_graph
     from fedsheaf.presets import table3, table3_pair_graph
 
@@ -150,22 +155,28 @@ def _preset_config(preset: str, value: Any, base: Path, out: Path) -> Path:
         }
         for a in agents
     ]
-    cfg_path = out / "configs" / f"{base.stem}-d{d}.yaml"
+    cfg_path = Path("configs") / f"{base.stem}-d{d}.yaml"
     atomic_write_text(
-        cfg_path,
+        out / cfg_path,
         f"# {base} with the Table 3 agents at d={d} (written by fedsheaf sweep)\n"
         + yaml.safe_dump(raw, sort_keys=False),
     )
     return cfg_path
 
 
-def expand(study_path: str | Path, extra: list[str] | None = None) -> Study:
+def expand(study_path: str | Path, extra: list[str] | None = None, write: bool = True) -> Study:
     """Read a study file and list its runs (validating every run's config).
 
     ``extra`` overrides go to every run, after the study's own. Preset axes write
-    their run configs and graphs into the sweep directory.
+    their run configs and graphs into the sweep directory; with ``write=False``
+    (the printed plan) they are written to a scratch folder for validation only,
+    and the runs still name their places in the sweep directory.
     """
-    path = Path(study_path)
+    with tempfile.TemporaryDirectory(prefix="fedsheaf-sweep-") as scratch:
+        return _expand(Path(study_path), list(extra or []), None if write else Path(scratch))
+
+
+def _expand(path: Path, extra: list[str], scratch: Path | None) -> Study:
     where = f"study file {path}"
     raw = read_yaml(path, what="study file")
     _unknown(raw, STUDY_KEYS, where)
@@ -178,7 +189,7 @@ def expand(study_path: str | Path, extra: list[str] | None = None) -> Study:
         raise ConfigError(f"{where}: run config {base} does not exist")
     out = Path(raw.get("output") or f"runs/{name}")
     seeds = _list(raw.get("seeds", [0]), f"{where}: 'seeds'")
-    common = _as_overrides(raw.get("set"), f"{where}: 'set'") + list(extra or [])
+    common = _as_overrides(raw.get("set"), f"{where}: 'set'") + extra
 
     axis = raw["axis"]
     if not isinstance(axis, dict):
@@ -194,10 +205,11 @@ def expand(study_path: str | Path, extra: list[str] | None = None) -> Study:
     runs: list[Run] = []
     for value in values:
         if "preset" in axis:
-            cfg_path = _preset_config(str(axis["preset"]), value, base, out)
+            written = _preset_config(str(axis["preset"]), value, base, scratch or out)
+            cfg_path, check_path = out / written, (scratch or out) / written
             axis_over: list[str] = []
         else:
-            cfg_path = base
+            cfg_path = check_path = base
             axis_over = [f"{axis['key']}={_yaml_value(value)}"]
         for m in methods:
             if not isinstance(m, dict) or "name" not in m:
@@ -226,7 +238,7 @@ def expand(study_path: str | Path, extra: list[str] | None = None) -> Study:
                     + [f"seed={seed}", f"output.dir={out / 'runs'}", f"output.name={tag}"]
                 )
                 try:
-                    cfg = load_config(cfg_path, overrides)
+                    cfg = load_config(check_path, overrides)
                 except ConfigError as exc:
                     raise ConfigError(f"study {name}, run {tag}: {exc}") from None
                 ranks = m.get("ranks") or len(cfg.agents) + (1 if cfg.algorithm in HUB_BASED else 0)
@@ -359,7 +371,7 @@ def emit(study: Study, path: Path, launcher: str = DEFAULT_LAUNCHER) -> Path:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Expand a study (method × axis value × λ grid × seed) into runs. Without --local "
-        "or --emit the plan is printed."
+        "or --emit the plan is printed and nothing is written."
     )
     parser.add_argument("study", help="study file (configs/*_sweep.yaml)")
     mode = parser.add_mutually_exclusive_group()
@@ -395,7 +407,7 @@ def run(args: argparse.Namespace) -> int:
             "option --launcher applies only to --emit (--local uses this machine's mpiexec)"
         )
     dry = not args.local and args.emit is None
-    study = expand(args.study, args.set)
+    study = expand(args.study, args.set, write=not dry)
     if dry:
         for r in study.runs:
             print(shlex.join(r.argv(["mpiexec", "-n", str(r.ranks)], ["fedsheaf"])))

@@ -87,6 +87,28 @@ def test_table3_preset_writes_one_pair_graph_and_config_per_d(tmp_path):
     assert d512.agents[0].encoder == [64, 128, 256, 512] and d512.agents[1].head == [128, 64]
 
 
+def test_the_printed_plan_of_a_preset_study_writes_nothing(tmp_path, capsys):
+    path = _study(
+        tmp_path,
+        config=str(REPO / "configs/pair.yaml"),
+        axis={"name": "d", "preset": "table3", "values": [16, 512]},
+        methods=[{"name": "sheaf_frl"}],
+        set=None,
+        seeds=[0],
+    )
+    assert cli.main(["sweep", str(path)]) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("mpiexec")]
+    assert len(lines) == 2 and all(str(tmp_path / "out/configs/pair-d") in ln for ln in lines)
+    assert not (tmp_path / "out").exists()
+    planned = expand(path, write=False)
+    assert [r.config for r in planned.runs] == [r.config for r in expand(path).runs]
+    assert (tmp_path / "out/configs/pair-d16.yaml").is_file()  # written when the runs are made
+    with pytest.raises(ConfigError, match="outside Table 3|Table 3"):
+        expand(
+            _study(tmp_path, axis={"name": "d", "preset": "table3", "values": [17]}), write=False
+        )
+
+
 def test_a_method_that_cannot_handle_the_setup_fails_at_expansion(tmp_path):
     path = _study(tmp_path, methods=[{"name": "fedproto", "set": {"algorithm": "fedproto"}}])
     with pytest.raises(ConfigError, match="fedproto.*same latent dimension"):
