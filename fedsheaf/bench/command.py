@@ -39,7 +39,7 @@ from fedsheaf.bench.plan import (
     plan,
 )
 from fedsheaf.errors import ConfigError
-from fedsheaf.hostinfo import local_launcher
+from fedsheaf.hostinfo import find_mpiexec, local_launcher
 
 
 def _positive_int(text: str) -> int:
@@ -352,8 +352,16 @@ def run(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"fedsheaf bench: note: {note}", flush=True)
     if args.dry_run:
+        template = args.launcher
+        if template is None and find_mpiexec() is None:
+            print(
+                "fedsheaf bench: note: no mpiexec found here (run run/install.sh, load your "
+                "site MPI module, or give --launcher); shown as plain mpiexec",
+                flush=True,
+            )
+            template = "mpiexec -n {n}"
         for la in launches:
-            print("\n".join(describe(la, device, args.launcher)))
+            print("\n".join(describe(la, device, template)))
         return 0
     if not launches:
         raise ConfigError(f"nothing to run: {'; '.join(notes)}")

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from fedsheaf import cli
-from fedsheaf.bench.command import select
+from fedsheaf.bench.command import launch_argv, select
 from fedsheaf.bench.plan import plan
 from fedsheaf.errors import ConfigError
 from tests.conftest import REPO, shared_data_root
@@ -187,3 +187,16 @@ def test_help_describes_the_command_and_its_defaults(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "Run the performance benchmarks" in out
     assert "(default: 5 at --size small, 7 at full)" in out
+
+
+def test_dry_run_without_any_mpiexec_still_lists_the_launches(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("FEDSHEAF_MPIEXEC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mpiexec on PATH
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # none beside Python
+    assert cli.main(["bench", "overhead", "--only", "pair", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "note: no mpiexec found here" in out
+    assert "    $ mpiexec -n 2 " in out
+    with pytest.raises(ConfigError, match="no mpiexec found"):  # a real run needs one
+        launch_argv(plan("small", ["overhead"])[0], None, tmp_path / "s", tmp_path / "o")
