@@ -257,7 +257,8 @@ class DecentralizedAlgorithm:
             if extra is not None:
                 self._check_finite(loss, epoch, step)
             with timer("backward"):
-                to_backward.backward()
+                if to_backward.requires_grad:  # a deferred term of no neighbours is a constant
+                    to_backward.backward()
             with timer("optimizer"):
                 if tc.clip is not None:
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip)

@@ -75,11 +75,17 @@ def _pair_files(tmp_path: Path, dims, algorithm):
 
 
 @pytest.mark.parametrize(
-    "n,dims,algorithm",
-    [(1, [12], "sheaf_frl"), (2, [12, 20], "noncoop"), (2, [20, 12], "sheaf_frl")],
+    "n,dims,algorithm,overrides",
+    [
+        (1, [12], "sheaf_frl", []),
+        (1, [12], "sheaf_frl", ["sheaf.overlap_exchange=true"]),  # nothing to wait for
+        (2, [12, 20], "noncoop", []),
+        (2, [20, 12], "sheaf_frl", []),
+    ],
 )
-def test_small_meshes(mpirun, tmp_path, n, dims, algorithm):
-    proc = _run(mpirun, n, _pair_files(tmp_path, dims, algorithm), tmp_path / "runs")
+def test_small_meshes(mpirun, tmp_path, n, dims, algorithm, overrides):
+    config = _pair_files(tmp_path, dims, algorithm)
+    proc = _run(mpirun, n, config, tmp_path / "runs", *overrides)
     assert proc.returncode == 0, proc.stderr
     run = tmp_path / "runs" / f"pair-{algorithm}-seed0"
     summary = json.loads((run / "summary.json").read_text())

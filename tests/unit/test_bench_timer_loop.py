@@ -14,9 +14,10 @@ from fedsheaf.phase_timer import NULL_TIMER, PhaseTimer
 torch.set_num_threads(1)
 
 
-def build(algorithm: str) -> DecentralizedAlgorithm:
+def build(algorithm: str, *overrides: str) -> DecentralizedAlgorithm:
     cfg = load_config(
-        "configs/quickstart.yaml", [f"algorithm={algorithm}", "train.steps_per_epoch=3"]
+        "configs/quickstart.yaml",
+        [f"algorithm={algorithm}", "train.steps_per_epoch=3", *overrides],
     )
     graph = experiment.build_graph(cfg, 4)
     ds, part = experiment.load_and_partition(cfg)
@@ -44,9 +45,18 @@ def test_timer_sees_every_phase_and_changes_nothing() -> None:
         assert torch.equal(value, theirs[name]), name
     per_step = {"data", "forward", "pilot_forward", "exchange", "maps", "penalty", "backward"}
     assert per_step | {"optimizer"} == set(timer.counts)
-    assert all(timer.counts[p] == 3 for p in per_step - {"maps"})
+    assert all(timer.counts[p] == 3 for p in per_step - {"maps", "exchange"})
+    assert timer.counts["exchange"] == 2 * 3  # posting, then waiting, every step
     assert timer.counts["maps"] == 3 + 1  # every step, plus the refresh at the epoch's end
     assert all(s >= 0.0 for s in timer.totals().values())
+
+
+def test_overlapped_steps_time_two_backward_passes() -> None:
+    algo = build("sheaf_frl", "sheaf.overlap_exchange=true")
+    algo.timer = timer = PhaseTimer()
+    one_epoch(algo)
+    assert timer.counts["backward"] == 2 * 3  # the private batch, then the penalty
+    assert timer.counts["exchange"] == 2 * 3
 
 
 def test_independent_training_has_no_sheaf_phases() -> None:
