@@ -259,6 +259,14 @@ def run_launch(
     return record
 
 
+def ranks_started(log: Path, label: str) -> bool:
+    """Whether the worker's ranks got as far as their first line in the launch log."""
+    try:
+        return f"fedsheaf bench: {label}: " in log.read_text(errors="replace")
+    except OSError:
+        return False
+
+
 def skipped(launch: Launch, why: str) -> dict[str, Any]:
     """The record of a launch that did not run."""
     return {
@@ -385,9 +393,24 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"fedsheaf bench: {la.label} ({la.ranks} ranks): {', '.join(la.cases)}", flush=True
             )
-            rec = run_launch(
-                la, device, args.launcher, out / "logs" / tag / f"{la.label}.log", Path(tmp)
-            )
+            log = out / "logs" / tag / f"{la.label}.log"
+            rec = run_launch(la, device, args.launcher, log, Path(tmp))
+            time_left = deadline is None or deadline - time.perf_counter() >= 1.0
+            if rec["returncode"] not in (0, 124) and time_left and not ranks_started(log, la.label):
+                # e.g. Open MPI's sporadic "PMIx server's listener thread failed to start"
+                failed = log.with_name(f"{la.label}.failed-start.log")
+                log.replace(failed)
+                print(
+                    f"fedsheaf bench:   exit {rec['returncode']} before any rank started "
+                    f"(see {failed}); retrying once",
+                    flush=True,
+                )
+                if deadline is not None:
+                    la.timeout = min(la.timeout, deadline - time.perf_counter())
+                first = rec
+                rec = run_launch(la, device, args.launcher, log, Path(tmp))
+                rec["retried_after"] = {"returncode": first["returncode"], "log": str(failed)}
+                rec["seconds"] += first["seconds"]
             code = rec["returncode"]
             status = "ok" if code == 0 else f"exit {code}, see {rec['log']}"
             if code == 124:

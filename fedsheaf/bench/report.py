@@ -455,6 +455,15 @@ def render_markdown(doc: dict[str, Any]) -> str:
         out += ["## Launches without a result", ""]
         out += [_launch_failure(la) for la in failed]
         out.append("")
+    retried = [la for la in doc.get("launches", []) if la.get("retried_after")]
+    if retried:
+        out += ["## Launches started twice", ""]
+        out += [
+            f"* {la['label']}: the first start ended with exit {la['retried_after']['returncode']} "
+            f"before any rank ran (log {la['retried_after']['log']})"
+            for la in retried
+        ]
+        out.append("")
     return "\n".join(out)
 
 

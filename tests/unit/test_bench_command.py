@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -200,3 +201,36 @@ def test_dry_run_without_any_mpiexec_still_lists_the_launches(monkeypatch, capsy
     assert "    $ mpiexec -n 2 " in out
     with pytest.raises(ConfigError, match="no mpiexec found"):  # a real run needs one
         launch_argv(plan("small", ["overhead"])[0], None, tmp_path / "s", tmp_path / "o")
+
+
+def test_a_launch_that_fails_before_its_ranks_start_is_retried_once(tmp_path):
+    """Open MPI sporadically fails to start a job ("PMIx server's listener thread failed to
+    start"); the launch is started once more. A launch whose ranks did start and then
+    failed is not."""
+    calls = tmp_path / "calls"
+    launcher = tmp_path / "flaky.sh"
+    launcher.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo x >> "{calls}"\n'
+        f'if [ "$(wc -l < "{calls}")" -eq 1 ]; then\n'
+        '  echo "The PMIx server\'s listener thread failed to start."; exit 213\n'
+        "fi\n"
+        'echo "fedsheaf bench: pair: overhead on $1 ranks"; exit 3\n'
+    )
+    launcher.chmod(0o755)
+    out = bench(
+        "overhead", "--only", "pair", "--launcher", f"{launcher} {{n}}",
+        "--out", str(tmp_path / "out"), "--tag", "flaky",
+    )  # fmt: skip
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert len(calls.read_text().splitlines()) == 2  # one retry, not more
+    assert "exit 213 before any rank started" in out.stdout and "retrying once" in out.stdout
+    assert "exit 3, see" in out.stdout
+    doc = json.loads((tmp_path / "out/flaky.json").read_text())
+    (launch,) = doc["launches"]
+    assert launch["returncode"] == 3 and launch["retried_after"]["returncode"] == 213
+    failed_log = Path(launch["retried_after"]["log"])
+    assert "listener thread failed" in failed_log.read_text()
+    assert "overhead on 2 ranks" in Path(launch["log"]).read_text()
+    md = (tmp_path / "out/flaky.md").read_text()
+    assert "## Launches started twice" in md and "exit 213 before any rank ran" in md
