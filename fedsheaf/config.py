@@ -107,8 +107,9 @@ class SheafConfig:
     overlap_exchange: bool = spec(
         False,
         doc="back-propagate the private batch while the pilots are in flight: the same "
-        "gradients, bit for bit; it pays where a step waits for neighbours while the device "
-        "could compute (a GPU); no effect with fused_pilots (one graph for both)",
+        "gradients, bit for bit; meant for GPUs, which then compute while the step waits "
+        "for neighbours (no gain measured on CPUs; slower where ranks outnumber cores); "
+        "no effect with fused_pilots (one graph for both)",
     )
 
 
