@@ -107,7 +107,8 @@ class SheafConfig:
     overlap_exchange: bool = spec(
         False,
         doc="back-propagate the private batch while the pilots are in flight: the same "
-        "gradients, bit for bit; meant for GPUs, which then compute while the step waits "
+        "gradients, bit for bit (each parameter is used once per forward pass, as in every "
+        "fedsheaf model); meant for GPUs, which then compute while the step waits "
         "for neighbours (no gain measured on CPUs; slower where ranks outnumber cores); "
         "no effect with fused_pilots (one graph for both)",
     )

@@ -78,12 +78,18 @@ def find_mpiexec() -> str | None:
     return str(here) if here.exists() else shutil.which("mpiexec")
 
 
-def local_launcher(ranks: int) -> tuple[list[str], dict[str, str]]:
-    """:func:`find_mpiexec`'s mpiexec with the flags a small machine needs."""
+def local_launcher(ranks: int, missing_ok: bool = False) -> tuple[list[str], dict[str, str]]:
+    """:func:`find_mpiexec`'s mpiexec with the flags a small machine needs.
+
+    With ``missing_ok`` (a command line to show, not to run) a missing mpiexec is
+    written as plain ``mpiexec``.
+    """
     mpiexec = find_mpiexec()
+    if mpiexec is None and missing_ok:
+        mpiexec = "mpiexec"
     if mpiexec is None:
         raise ConfigError("no mpiexec found (run run/install.sh, or load your site MPI module)")
-    if not (Path(mpiexec).is_file() or shutil.which(mpiexec)):
+    if not (missing_ok or Path(mpiexec).is_file() or shutil.which(mpiexec)):
         raise ConfigError(f"FEDSHEAF_MPIEXEC={mpiexec} is not an executable")
     flags, extra = launch_flags(ranks)
     env = {**os.environ, **extra}

@@ -246,8 +246,8 @@ class DecentralizedAlgorithm:
                 self._check_finite(loss, epoch, step)
             extra = self.regulariser(epoch, step)  # times its own phases
             self.optimizer.zero_grad(set_to_none=True)
-            to_backward = loss
-            if callable(extra):
+            to_backward, deferred = loss, callable(extra)
+            if deferred:
                 with timer("backward"):
                     loss.backward()
                 extra = to_backward = extra()
@@ -256,8 +256,10 @@ class DecentralizedAlgorithm:
                 loss = to_backward = loss + extra
             if extra is not None:
                 self._check_finite(loss, epoch, step)
+            # a deferred term is a constant (nothing to back-propagate) without neighbours
+            constant = deferred and not self.nbr.neighbours and not to_backward.requires_grad
             with timer("backward"):
-                if to_backward.requires_grad:  # a deferred term of no neighbours is a constant
+                if not constant:
                     to_backward.backward()
             with timer("optimizer"):
                 if tc.clip is not None:

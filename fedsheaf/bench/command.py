@@ -164,10 +164,10 @@ def _has_images(dataset: str, root: str) -> bool:
 
 
 def _launcher(
-    template: str | None, ranks: int, flags: list[str]
+    template: str | None, ranks: int, flags: list[str], shown: bool = False
 ) -> tuple[list[str], dict[str, str]]:
     if template is None:
-        cmd, env = local_launcher(ranks)
+        cmd, env = local_launcher(ranks, missing_ok=shown)
         cmd = [cmd[0], *flags, *cmd[1:]]
     else:
         cmd, env = shlex.split(template), dict(os.environ)
@@ -187,10 +187,10 @@ def select(launches: list[Launch], only: str | None) -> list[Launch]:
 
 
 def launch_argv(
-    launch: Launch, template: str | None, spec_path: Path, out_path: Path
+    launch: Launch, template: str | None, spec_path: Path, out_path: Path, shown: bool = False
 ) -> tuple[list[str], dict[str, str]]:
-    """The command line of one launch and its environment."""
-    cmd, env = _launcher(template, launch.ranks, launch.mpi_flags)
+    """The command line of one launch and its environment (``shown``: only to print it)."""
+    cmd, env = _launcher(template, launch.ranks, launch.mpi_flags, shown)
     env.update(launch.env)
     worker = [sys.executable, "-m", "fedsheaf.bench.worker", str(spec_path), str(out_path)]
     return [*cmd, *worker], env
@@ -199,7 +199,11 @@ def launch_argv(
 def describe(launch: Launch, device: str, template: str | None) -> list[str]:
     """What ``--dry-run`` prints for one launch: a heading, its command line, its spec."""
     argv, _ = launch_argv(
-        launch, template, Path(f"{launch.label}.spec.json"), Path(f"{launch.label}.out.json")
+        launch,
+        template,
+        Path(f"{launch.label}.spec.json"),
+        Path(f"{launch.label}.out.json"),
+        shown=True,
     )
     env = "".join(f"{k}={shlex.quote(v)} " for k, v in launch.env.items())
     spec = launch.worker_spec(device)
@@ -259,12 +263,22 @@ def run_launch(
     return record
 
 
-def ranks_started(log: Path, label: str) -> bool:
-    """Whether the worker's ranks got as far as their first line in the launch log."""
+#: What Open MPI's launcher prints when it sporadically fails to start a job on a healthy
+#: machine; a launch that ends like this before its ranks started is started once more.
+START_FAILURES = (
+    "PMIx server's listener thread failed to start",
+    "unable to reliably start one or more daemons",
+)
+
+
+def failed_to_start(log: Path, label: str) -> bool:
+    """Whether the launcher failed in a known, transient way before the worker's first line."""
     try:
-        return f"fedsheaf bench: {label}: " in log.read_text(errors="replace")
+        text = log.read_text(errors="replace")
     except OSError:
         return False
+    started = f"fedsheaf bench: {label}: " in text
+    return not started and any(msg in text for msg in START_FAILURES)
 
 
 def skipped(launch: Launch, why: str) -> dict[str, Any]:
@@ -360,16 +374,14 @@ def run(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"fedsheaf bench: note: {note}", flush=True)
     if args.dry_run:
-        template = args.launcher
-        if template is None and find_mpiexec() is None:
+        if args.launcher is None and find_mpiexec() is None:
             print(
                 "fedsheaf bench: note: no mpiexec found here (run run/install.sh, load your "
                 "site MPI module, or give --launcher); shown as plain mpiexec",
                 flush=True,
             )
-            template = "mpiexec -n {n}"
         for la in launches:
-            print("\n".join(describe(la, device, template)))
+            print("\n".join(describe(la, device, args.launcher)))
         return 0
     if not launches:
         raise ConfigError(f"nothing to run: {'; '.join(notes)}")
@@ -394,15 +406,15 @@ def run(args: argparse.Namespace) -> int:
                 f"fedsheaf bench: {la.label} ({la.ranks} ranks): {', '.join(la.cases)}", flush=True
             )
             log = out / "logs" / tag / f"{la.label}.log"
+            failed = log.with_name(f"{la.label}.failed-start.log")
+            failed.unlink(missing_ok=True)  # from an earlier run with this tag
             rec = run_launch(la, device, args.launcher, log, Path(tmp))
             time_left = deadline is None or deadline - time.perf_counter() >= 1.0
-            if rec["returncode"] not in (0, 124) and time_left and not ranks_started(log, la.label):
-                # e.g. Open MPI's sporadic "PMIx server's listener thread failed to start"
-                failed = log.with_name(f"{la.label}.failed-start.log")
+            if rec["returncode"] not in (0, 124) and time_left and failed_to_start(log, la.label):
                 log.replace(failed)
                 print(
-                    f"fedsheaf bench:   exit {rec['returncode']} before any rank started "
-                    f"(see {failed}); retrying once",
+                    f"fedsheaf bench:   exit {rec['returncode']}: mpiexec failed to start the "
+                    f"job (see {failed}); retrying once",
                     flush=True,
                 )
                 if deadline is not None:

@@ -460,7 +460,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         out += ["## Launches started twice", ""]
         out += [
             f"* {la['label']}: the first start ended with exit {la['retried_after']['returncode']} "
-            f"before any rank ran (log {la['retried_after']['log']})"
+            f"as mpiexec failed to start the job (log {la['retried_after']['log']})"
             for la in retried
         ]
         out.append("")

@@ -7,6 +7,7 @@ that sleeps), so the command's own bookkeeping is exercised without MPI or train
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from fedsheaf import cli
 from fedsheaf.bench.command import launch_argv, select
 from fedsheaf.bench.plan import plan
 from fedsheaf.errors import ConfigError
+from fedsheaf.hostinfo import launch_flags
 from tests.conftest import REPO, shared_data_root
 
 LAUNCHER = "srun -n {n}"  # --dry-run resolves no mpiexec with a template
@@ -195,37 +197,50 @@ def test_dry_run_without_any_mpiexec_still_lists_the_launches(monkeypatch, capsy
     monkeypatch.delenv("FEDSHEAF_MPIEXEC", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no mpiexec on PATH
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))  # none beside Python
-    assert cli.main(["bench", "overhead", "--only", "pair", "--dry-run"]) == 0
+    assert cli.main(["bench", "overhead", "--only", "pair,quickstart", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "note: no mpiexec found here" in out
-    assert "    $ mpiexec -n 2 " in out
+    for n in (2, 4):  # with the flags a real launch would get on this machine
+        assert f"    $ {shlex.join(['mpiexec', *launch_flags(n)[0], '-n', str(n)])} " in out
     with pytest.raises(ConfigError, match="no mpiexec found"):  # a real run needs one
         launch_argv(plan("small", ["overhead"])[0], None, tmp_path / "s", tmp_path / "o")
 
 
-def test_a_launch_that_fails_before_its_ranks_start_is_retried_once(tmp_path):
-    """Open MPI sporadically fails to start a job ("PMIx server's listener thread failed to
-    start"); the launch is started once more. A launch whose ranks did start and then
-    failed is not."""
+def _flaky_launcher(tmp_path: Path, first: str, later: str) -> tuple[Path, Path]:
+    """A launcher script that prints ``first`` and exits 213 on its first call, then
+    prints ``later`` and exits 3; it counts its calls in a file."""
     calls = tmp_path / "calls"
     launcher = tmp_path / "flaky.sh"
     launcher.write_text(
         "#!/usr/bin/env bash\n"
         f'echo x >> "{calls}"\n'
-        f'if [ "$(wc -l < "{calls}")" -eq 1 ]; then\n'
-        '  echo "The PMIx server\'s listener thread failed to start."; exit 213\n'
-        "fi\n"
-        'echo "fedsheaf bench: pair: overhead on $1 ranks"; exit 3\n'
+        f'if [ "$(wc -l < "{calls}")" -eq 1 ]; then echo {shlex.quote(first)}; exit 213; fi\n'
+        f"echo {shlex.quote(later)}; exit 3\n"
     )
     launcher.chmod(0o755)
-    out = bench(
+    return launcher, calls
+
+
+def _flaky_bench(tmp_path: Path, launcher: Path) -> subprocess.CompletedProcess[str]:
+    return bench(
         "overhead", "--only", "pair", "--launcher", f"{launcher} {{n}}",
         "--out", str(tmp_path / "out"), "--tag", "flaky",
     )  # fmt: skip
+
+
+def test_a_launch_that_mpiexec_failed_to_start_is_retried_once(tmp_path):
+    """Open MPI sporadically fails to start a job ("PMIx server's listener thread failed to
+    start"); the launch is started once more."""
+    launcher, calls = _flaky_launcher(
+        tmp_path,
+        "The PMIx server's listener thread failed to start. We cannot continue.",
+        "fedsheaf bench: pair: overhead on 2 ranks",
+    )
+    out = _flaky_bench(tmp_path, launcher)
     assert out.returncode == 1, out.stdout + out.stderr
     assert len(calls.read_text().splitlines()) == 2  # one retry, not more
-    assert "exit 213 before any rank started" in out.stdout and "retrying once" in out.stdout
-    assert "exit 3, see" in out.stdout
+    assert "exit 213: mpiexec failed to start the job" in out.stdout
+    assert "retrying once" in out.stdout and "exit 3, see" in out.stdout
     doc = json.loads((tmp_path / "out/flaky.json").read_text())
     (launch,) = doc["launches"]
     assert launch["returncode"] == 3 and launch["retried_after"]["returncode"] == 213
@@ -233,4 +248,20 @@ def test_a_launch_that_fails_before_its_ranks_start_is_retried_once(tmp_path):
     assert "listener thread failed" in failed_log.read_text()
     assert "overhead on 2 ranks" in Path(launch["log"]).read_text()
     md = (tmp_path / "out/flaky.md").read_text()
-    assert "## Launches started twice" in md and "exit 213 before any rank ran" in md
+    assert "## Launches started twice" in md and "exit 213 as mpiexec failed" in md
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        "fedsheaf bench: pair: overhead on 2 ranks",  # the ranks started, then failed
+        "Traceback (most recent call last): ImportError",  # not a launcher hiccup
+    ],
+)
+def test_other_failures_are_not_retried(tmp_path, first):
+    launcher, calls = _flaky_launcher(tmp_path, first, "fedsheaf bench: pair: overhead")
+    out = _flaky_bench(tmp_path, launcher)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert len(calls.read_text().splitlines()) == 1 and "retrying" not in out.stdout
+    doc = json.loads((tmp_path / "out/flaky.json").read_text())
+    assert doc["launches"][0]["returncode"] == 213 and "retried_after" not in doc["launches"][0]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from fedsheaf import experiment
 from fedsheaf.algorithms import DECENTRALIZED
-from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
+from fedsheaf.algorithms.base import Agent, Arrived, DecentralizedAlgorithm
 from fedsheaf.bench.ranks import NoNeighbours, Silent
 from fedsheaf.config import load_config
 from fedsheaf.phase_timer import NULL_TIMER, PhaseTimer
@@ -14,7 +16,25 @@ from fedsheaf.phase_timer import NULL_TIMER, PhaseTimer
 torch.set_num_threads(1)
 
 
-def build(algorithm: str, *overrides: str) -> DecentralizedAlgorithm:
+class OneNeighbour:
+    """Agent 1, answering every pilot matrix with a fixed ``A_1``."""
+
+    neighbours = [1]
+
+    def __init__(self, a_j: torch.Tensor) -> None:
+        self.a_j = a_j
+
+    def start_exchange(self, mat: Any, shapes: Any = None, device: Any = None) -> Arrived:
+        return Arrived([self.a_j.clone()])
+
+    def exchange(self, mat: Any, shapes: Any = None, device: Any = None) -> list[Any]:
+        return self.start_exchange(mat).wait()
+
+    def take_round_bytes(self) -> dict[int, int]:
+        return {}
+
+
+def build(algorithm: str, *overrides: str, nbr: Any = None) -> DecentralizedAlgorithm:
     cfg = load_config(
         "configs/quickstart.yaml",
         [f"algorithm={algorithm}", "train.steps_per_epoch=3", *overrides],
@@ -25,7 +45,7 @@ def build(algorithm: str, *overrides: str) -> DecentralizedAlgorithm:
     data = experiment.agent_data(ds, part, 0, device)
     model = experiment.agent_model(cfg, ds, 0, device)
     agent = Agent(0, cfg, graph, data, model, device, 3)
-    return DECENTRALIZED[algorithm](agent, NoNeighbours(), Silent())
+    return DECENTRALIZED[algorithm](agent, nbr or NoNeighbours(), Silent())
 
 
 def one_epoch(algo: DecentralizedAlgorithm) -> float:
@@ -52,11 +72,17 @@ def test_timer_sees_every_phase_and_changes_nothing() -> None:
 
 
 def test_overlapped_steps_time_two_backward_passes() -> None:
-    algo = build("sheaf_frl", "sheaf.overlap_exchange=true")
+    a_j = torch.randn(24, 32, generator=torch.Generator().manual_seed(0))  # agent 1: d = 24
+    algo = build("sheaf_frl", "sheaf.overlap_exchange=true", nbr=OneNeighbour(a_j))
     algo.timer = timer = PhaseTimer()
+    passes = []
+    for p in algo.model.encoder.parameters():  # reached by both passes
+        p.register_hook(lambda g, passes=passes: passes.append(1))
+        break
     one_epoch(algo)
     assert timer.counts["backward"] == 2 * 3  # the private batch, then the penalty
-    assert timer.counts["exchange"] == 2 * 3
+    assert timer.counts["exchange"] == 2 * 3  # posting, then waiting
+    assert len(passes) == 2 * 3
 
 
 def test_independent_training_has_no_sheaf_phases() -> None:

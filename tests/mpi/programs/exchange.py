@@ -57,6 +57,15 @@ for j, m in zip(nbrs, first, strict=True):
 expect_nb = {j: (rank + 2) * 3 * 4 + 16 + (j + 1) * 2 * 4 for j in nbrs}  # one header
 got_bytes = nb.take_round_bytes()
 assert got_bytes == expect_nb, (got_bytes, expect_nb)
+
+# a message too large to be sent when posted (1 MiB: rendezvous) is still the value at
+# posting time, however late the receiver waits
+big = torch.full((256, 1024), float(rank))
+pending = nb.start_exchange(big, shapes=[(256, 1024)] * len(nbrs))
+big.fill_(-1.0)
+time.sleep(0.05 * (size - rank))
+for j, m in zip(nbrs, pending.wait(), strict=True):
+    assert torch.all(m == j), (rank, j, m.min())
 nb.free()
 ok = comm.allreduce(1)
 if rank == 0:
