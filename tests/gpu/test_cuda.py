@@ -39,7 +39,8 @@ def test_agent_models_match_between_cpu_and_gpu():
 
 @pytest.mark.mpi
 def test_quickstart_on_one_gpu_completes_and_is_deterministic(mpirun, tmp_path):
-    """4 ranks share cuda:0; two runs with one seed give identical metrics."""
+    """4 ranks share cuda:0; two runs with one seed give identical metrics, and so does a
+    third that back-propagates the private batch while the pilots travel."""
     runs = [
         mpirun(
             4,
@@ -52,14 +53,17 @@ def test_quickstart_on_one_gpu_completes_and_is_deterministic(mpirun, tmp_path):
                 f"output.dir={tmp_path}",
                 f"output.name=r{k}",
                 *QUICK,
+                *(["sheaf.overlap_exchange=true"] if k == 2 else []),
             ],
             timeout=300,
         )
-        for k in range(2)
+        for k in range(3)
     ]
     for proc in runs:
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert "device cuda:0" in runs[0].stdout
-    first, second = (read_metrics(tmp_path / f"r{k}" / "metrics.jsonl") for k in range(2))
+    first, second, overlapped = (
+        read_metrics(tmp_path / f"r{k}" / "metrics.jsonl") for k in range(3)
+    )
     assert len(first) == 2
-    assert untimed(first) == untimed(second)
+    assert untimed(first) == untimed(second) == untimed(overlapped)
