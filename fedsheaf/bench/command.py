@@ -38,6 +38,7 @@ from fedsheaf.bench.plan import (
     parse_counts,
     plan,
 )
+from fedsheaf.config import load_config
 from fedsheaf.errors import ConfigError
 from fedsheaf.hostinfo import find_mpiexec, local_launcher
 
@@ -120,6 +121,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--out", default="results/bench", help="output folder (default: %(default)s)"
     )
     parser.add_argument("--tag", help="output name (default: <size>-<device>)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override for every launch, after the plan's own (repeatable), e.g. "
+        "sheaf.overlap_exchange=true; a method's own settings (overhead case) still win",
+    )
     parser.add_argument(
         "--launcher",
         type=_template,
@@ -370,6 +379,13 @@ def run(args: argparse.Namespace) -> int:
         fedrep_data=fedrep,
     )
     launches = select(launches, args.only)
+    for la in launches:
+        la.spec["overrides"] = [*la.spec.get("overrides", []), *args.set]
+        if args.set:  # a bad key is one message here, not a failed launch
+            try:
+                load_config(la.spec["config"], la.spec["overrides"])
+            except ConfigError as exc:
+                raise ConfigError(f"--set, launch {la.label}: {exc}") from None
     tag = args.tag or f"{args.size}-{device}"
     for note in notes:
         print(f"fedsheaf bench: note: {note}", flush=True)

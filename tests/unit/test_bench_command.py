@@ -265,3 +265,19 @@ def test_other_failures_are_not_retried(tmp_path, first):
     assert len(calls.read_text().splitlines()) == 1 and "retrying" not in out.stdout
     doc = json.loads((tmp_path / "out/flaky.json").read_text())
     assert doc["launches"][0]["returncode"] == 213 and "retried_after" not in doc["launches"][0]
+
+
+def test_set_adds_overrides_to_every_launch_and_checks_them_first(monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    argv = ["bench", "overhead", "scaling", "--dry-run", "--launcher", LAUNCHER]
+    assert cli.main([*argv, "--set", "sheaf.overlap_exchange=true", "--set", "seed=3"]) == 0
+    specs = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("    spec:")]
+    assert len(specs) == len(plan("small", ["overhead", "scaling"]))
+    assert all(
+        ln.endswith("sheaf.overlap_exchange=true seed=3") or " seed=3 " in ln for ln in specs
+    )
+    assert all("sheaf.overlap_exchange=true seed=3" in ln for ln in specs)
+    assert cli.main([*argv, "--set", "sheaf.overlap=true"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("fedsheaf: error: --set, launch pair:") == 1 and "overlap_exchange" in err
+    assert "Traceback" not in err
