@@ -4,8 +4,9 @@ Per step: ``A_i = encoder(pilot batch)`` → ``nbr.start_exchange(A_i)`` posts i
 the neighbours → (``sheaf.overlap_exchange``: the base loop back-propagates the
 private batch meanwhile) → every neighbour's ``A_j`` arrives → maps of incident edges
 (refreshed per step, or fitted once per epoch from the pilot window) →
-``sheaf_penalty`` is back-propagated. The gradient is the same sum as with one
-backward of ``CE + R``.
+``sheaf_penalty`` joins the task loss (overlapped: is back-propagated on its own,
+which leaves the same gradient sum).
+
 Which pilots make up ``A_i`` (uniform, stratified, prototypes, Parseval) is
 decided by :class:`~fedsheaf.algorithms.sheaf_frl_pilots.PilotPlan`; the
 homogeneous and strict-privacy variants live in ``sheaf_frl_variants``.
