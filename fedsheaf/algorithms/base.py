@@ -246,8 +246,8 @@ class DecentralizedAlgorithm:
                 self._check_finite(loss, epoch, step)
             extra = self.regulariser(epoch, step)  # times its own phases
             self.optimizer.zero_grad(set_to_none=True)
-            to_backward, deferred = loss, callable(extra)
-            if deferred:
+            to_backward = loss
+            if callable(extra):
                 with timer("backward"):
                     loss.backward()
                 extra = to_backward = extra()
@@ -256,11 +256,8 @@ class DecentralizedAlgorithm:
                 loss = to_backward = loss + extra
             if extra is not None:
                 self._check_finite(loss, epoch, step)
-            # a deferred term is a constant (nothing to back-propagate) without neighbours
-            constant = deferred and not self.nbr.neighbours and not to_backward.requires_grad
             with timer("backward"):
-                if not constant:
-                    to_backward.backward()
+                to_backward.backward()
             with timer("optimizer"):
                 if tc.clip is not None:
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip)

@@ -91,9 +91,11 @@ class SheafFRL(DecentralizedAlgorithm):
             return self.penalty(a_own, received)
 
         # With fused pilots the private batch and the pilots share one graph: nothing
-        # can be back-propagated before the penalty is known.
+        # can be back-propagated before the penalty is known. Without neighbours there
+        # is nothing to wait for (and the penalty is a constant zero).
         sc = self.cfg.sheaf
-        return finish if sc.overlap_exchange and not sc.fused_pilots else finish()
+        overlap = sc.overlap_exchange and not sc.fused_pilots and bool(self.nbr.neighbours)
+        return finish if overlap else finish()
 
     def send_pilots(self, own: torch.Tensor) -> Pending:
         """Post this step's message(s) to the neighbours; ``own`` is ``A_i``, detached."""
