@@ -290,6 +290,36 @@ def failed_to_start(log: Path, label: str) -> bool:
     return not started and any(msg in text for msg in START_FAILURES)
 
 
+def run_launch_retrying(
+    launch: Launch,
+    device: str,
+    template: str | None,
+    log: Path,
+    tmp: Path,
+    deadline: float | None,
+) -> dict[str, Any]:
+    """:func:`run_launch`, started once more if mpiexec failed to start it (see
+    :data:`START_FAILURES`) and ``deadline`` (``time.perf_counter()``) leaves time."""
+    failed = log.with_name(f"{launch.label}.failed-start.log")
+    failed.unlink(missing_ok=True)  # from an earlier run with this tag
+    rec = run_launch(launch, device, template, log, tmp)
+    time_left = deadline is None or deadline - time.perf_counter() >= 1.0
+    if rec["returncode"] in (0, 124) or not time_left or not failed_to_start(log, launch.label):
+        return rec
+    log.replace(failed)
+    print(
+        f"fedsheaf bench:   exit {rec['returncode']}: mpiexec failed to start the job "
+        f"(see {failed}); retrying once",
+        flush=True,
+    )
+    if deadline is not None:
+        launch.timeout = min(launch.timeout, deadline - time.perf_counter())
+    again = run_launch(launch, device, template, log, tmp)
+    again["retried_after"] = {"returncode": rec["returncode"], "log": str(failed)}
+    again["seconds"] += rec["seconds"]
+    return again
+
+
 def skipped(launch: Launch, why: str) -> dict[str, Any]:
     """The record of a launch that did not run."""
     return {
@@ -422,23 +452,7 @@ def run(args: argparse.Namespace) -> int:
                 f"fedsheaf bench: {la.label} ({la.ranks} ranks): {', '.join(la.cases)}", flush=True
             )
             log = out / "logs" / tag / f"{la.label}.log"
-            failed = log.with_name(f"{la.label}.failed-start.log")
-            failed.unlink(missing_ok=True)  # from an earlier run with this tag
-            rec = run_launch(la, device, args.launcher, log, Path(tmp))
-            time_left = deadline is None or deadline - time.perf_counter() >= 1.0
-            if rec["returncode"] not in (0, 124) and time_left and failed_to_start(log, la.label):
-                log.replace(failed)
-                print(
-                    f"fedsheaf bench:   exit {rec['returncode']}: mpiexec failed to start the "
-                    f"job (see {failed}); retrying once",
-                    flush=True,
-                )
-                if deadline is not None:
-                    la.timeout = min(la.timeout, deadline - time.perf_counter())
-                first = rec
-                rec = run_launch(la, device, args.launcher, log, Path(tmp))
-                rec["retried_after"] = {"returncode": first["returncode"], "log": str(failed)}
-                rec["seconds"] += first["seconds"]
+            rec = run_launch_retrying(la, device, args.launcher, log, Path(tmp), deadline)
             code = rec["returncode"]
             status = "ok" if code == 0 else f"exit {code}, see {rec['log']}"
             if code == 124:
