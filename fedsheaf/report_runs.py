@@ -22,9 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from fedsheaf.config import SERVER_BASED, yaml_problem
+from fedsheaf.config import SERVER_BASED, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import atomic_write_text, read_json_object, read_metrics, save_figure
 from fedsheaf.units import human_bytes
@@ -61,16 +59,6 @@ class RunInfo:
         return "round" if self.family == "server" else "epoch"
 
 
-def _load_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {yaml_problem(exc)}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} does not hold a config mapping")
-    return data
-
-
 def load_run(path: str | Path) -> RunInfo:
     """Read one run directory (``config.yaml`` required; metrics and summary optional)."""
     path = Path(path)
@@ -80,7 +68,7 @@ def load_run(path: str | Path) -> RunInfo:
     summary = None
     if (path / "summary.json").is_file():
         summary = read_json_object(path / "summary.json")
-    info = RunInfo(path, _load_yaml(path / "config.yaml"), records, summary)
+    info = RunInfo(path, read_yaml(path / "config.yaml", what="run config"), records, summary)
     info.final = final_metrics(info)
     return info
 

@@ -172,8 +172,10 @@ def expand(study_path: str | Path, extra: list[str] | None = None, write: bool =
     (the printed plan) they are written to a scratch folder for validation only,
     and the runs still name their places in the sweep directory.
     """
+    if write:
+        return _expand(Path(study_path), list(extra or []), None)
     with tempfile.TemporaryDirectory(prefix="fedsheaf-sweep-") as scratch:
-        return _expand(Path(study_path), list(extra or []), None if write else Path(scratch))
+        return _expand(Path(study_path), list(extra or []), Path(scratch))
 
 
 def _expand(path: Path, extra: list[str], scratch: Path | None) -> Study:

@@ -27,7 +27,10 @@ Shape = tuple[int, int]
 def _as_buffer(mat: torch.Tensor | np.ndarray) -> np.ndarray:
     """A float32 C-contiguous copy: the caller may change ``mat`` while a send is in flight."""
     if isinstance(mat, torch.Tensor):
-        mat = mat.detach().to("cpu", torch.float32).numpy()
+        t = mat.detach()
+        if t.device.type != "cpu" or t.dtype != torch.float32:  # .to() copies already
+            return np.ascontiguousarray(t.to("cpu", torch.float32).numpy())
+        mat = t.numpy()
     buf = np.array(mat, dtype=np.float32, order="C", copy=True)
     if buf.ndim != 2:
         raise ValueError(f"neighbour exchange sends 2-D matrices, got shape {buf.shape}")
