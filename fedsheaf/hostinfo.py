@@ -94,3 +94,25 @@ def local_launcher(ranks: int, missing_ok: bool = False) -> tuple[list[str], dic
     flags, extra = launch_flags(ranks)
     env = {**os.environ, **extra}
     return [mpiexec, *flags, "-n", "{n}"], env
+
+
+#: What Open MPI's launcher prints when it sporadically fails to start a job on a healthy
+#: machine (seen here about once in a few hundred launches). Such a launch ran nothing,
+#: so the launchers that start jobs unattended (``fedsheaf bench``, ``fedsheaf sweep
+#: --local``, the test suite) start it once more.
+START_FAILURES = (
+    "PMIx server's listener thread failed to start",
+    "unable to reliably start one or more daemons",
+)
+
+
+def failed_to_start(output: str, started: str | None = None) -> bool:
+    """Whether a launch's ``output`` shows mpiexec failing to start the job in one of the
+    known transient ways (:data:`START_FAILURES`).
+
+    With ``started`` (text that the program's ranks print first), output containing it
+    means the ranks did start, and then it is never a start failure.
+    """
+    if started is not None and started in output:
+        return False
+    return any(msg in output for msg in START_FAILURES)

@@ -43,7 +43,7 @@ import yaml
 
 from fedsheaf.config import HUB_BASED, load_config, read_yaml
 from fedsheaf.errors import ConfigError
-from fedsheaf.hostinfo import local_launcher
+from fedsheaf.hostinfo import failed_to_start, local_launcher
 from fedsheaf.results import atomic_write_json, atomic_write_text
 
 STUDY_KEYS = ("study", "config", "output", "seeds", "set", "axis", "methods")
@@ -314,10 +314,17 @@ def run_local(study: Study, force: bool = False) -> int:
         argv = run.argv(launcher, fedsheaf) + extra
         print(f"{label}: {run.ranks} ranks ...", flush=True)
         start = time.perf_counter()
-        with open(logs / f"{run.name}.log", "w") as log:
-            log.write(shlex.join(argv) + "\n")
-            log.flush()
-            code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        log, failed_log = logs / f"{run.name}.log", logs / f"{run.name}.failed-start.log"
+        failed_log.unlink(missing_ok=True)  # from an earlier invocation
+        code = launch_logged(argv, env, log)
+        if code != 0 and failed_to_start(log.read_text(errors="replace"), started="fedsheaf: "):
+            log.replace(failed_log)
+            print(
+                f"{label}: mpiexec failed to start the job (exit {code}, see {failed_log}); "
+                "retrying once",
+                flush=True,
+            )
+            code = launch_logged(argv, env, log)
         seconds = time.perf_counter() - start
         timings[run.name] = round(seconds, 1)
         if code != 0:
@@ -329,6 +336,14 @@ def run_local(study: Study, force: bool = False) -> int:
     record_timings(study.output / "timings.json", timings, total)
     print(f"sweep {study.name}: {len(timings)} runs in {total / 60:.1f} min, {len(failed)} failed")
     return len(failed)
+
+
+def launch_logged(argv: list[str], env: dict[str, str], log: Path) -> int:
+    """Run ``argv`` with its output (after the command line itself) in ``log``."""
+    with open(log, "w") as out:
+        out.write(shlex.join(argv) + "\n")
+        out.flush()
+        return subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
 
 
 def record_timings(path: Path, timings: dict[str, float], seconds: float) -> None:

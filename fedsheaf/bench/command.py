@@ -40,7 +40,7 @@ from fedsheaf.bench.plan import (
 )
 from fedsheaf.config import load_config
 from fedsheaf.errors import ConfigError
-from fedsheaf.hostinfo import find_mpiexec, local_launcher
+from fedsheaf.hostinfo import failed_to_start, find_mpiexec, local_launcher
 
 
 def _positive_int(text: str) -> int:
@@ -272,22 +272,14 @@ def run_launch(
     return record
 
 
-#: What Open MPI's launcher prints when it sporadically fails to start a job on a healthy
-#: machine; a launch that ends like this before its ranks started is started once more.
-START_FAILURES = (
-    "PMIx server's listener thread failed to start",
-    "unable to reliably start one or more daemons",
-)
-
-
-def failed_to_start(log: Path, label: str) -> bool:
-    """Whether the launcher failed in a known, transient way before the worker's first line."""
+def launch_failed_to_start(log: Path, label: str) -> bool:
+    """Whether mpiexec failed to start the launch ``label`` (see :func:`failed_to_start`)
+    before its worker printed its first line."""
     try:
         text = log.read_text(errors="replace")
     except OSError:
         return False
-    started = f"fedsheaf bench: {label}: " in text
-    return not started and any(msg in text for msg in START_FAILURES)
+    return failed_to_start(text, started=f"fedsheaf bench: {label}: ")
 
 
 def run_launch_retrying(
@@ -299,12 +291,17 @@ def run_launch_retrying(
     deadline: float | None,
 ) -> dict[str, Any]:
     """:func:`run_launch`, started once more if mpiexec failed to start it (see
-    :data:`START_FAILURES`) and ``deadline`` (``time.perf_counter()``) leaves time."""
+    :data:`fedsheaf.hostinfo.START_FAILURES`) and ``deadline`` (``time.perf_counter()``)
+    leaves time."""
     failed = log.with_name(f"{launch.label}.failed-start.log")
     failed.unlink(missing_ok=True)  # from an earlier run with this tag
     rec = run_launch(launch, device, template, log, tmp)
     time_left = deadline is None or deadline - time.perf_counter() >= 1.0
-    if rec["returncode"] in (0, 124) or not time_left or not failed_to_start(log, launch.label):
+    if (
+        rec["returncode"] in (0, 124)
+        or not time_left
+        or not launch_failed_to_start(log, launch.label)
+    ):
         return rec
     log.replace(failed)
     print(

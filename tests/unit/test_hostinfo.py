@@ -6,7 +6,13 @@ import os
 import subprocess
 from pathlib import Path
 
-from fedsheaf.hostinfo import launch_flags, physical_cores, usable_cpu_ids, usable_cpus
+from fedsheaf.hostinfo import (
+    failed_to_start,
+    launch_flags,
+    physical_cores,
+    usable_cpu_ids,
+    usable_cpus,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,3 +90,13 @@ def test_mpirun_script_flags(tmp_path):
         text=True,
     )
     assert bad.returncode == 2 and "positive integer" in bad.stderr
+
+
+def test_a_start_failure_is_known_text_before_the_ranks_printed():
+    logged = (ROOT / "results/bench/logs/small-check/pair.log").read_text()  # the real one
+    assert failed_to_start(logged)
+    assert failed_to_start("x\nunable to reliably start one or more daemons\n")
+    assert failed_to_start(logged, started="fedsheaf: ")  # no rank printed
+    assert not failed_to_start("fedsheaf: writing runs/x\n" + logged, started="fedsheaf: ")
+    assert not failed_to_start("Traceback (most recent call last):\nImportError: mpi4py\n")
+    assert not failed_to_start("")

@@ -1,0 +1,127 @@
+"""Launches that mpiexec fails to start (as Open MPI sporadically does) are started once
+more: by `fedsheaf sweep --local` (tested end to end on real ranks, with a second call
+skipping finished runs) and by the test suite's own launcher."""
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import MPIEXEC, REPO, mpi_env, run_mpi
+
+pytestmark = pytest.mark.mpi
+
+#: What Open MPI 5 printed when it failed to start a bench launch here
+#: (results/bench/logs/small-check/pair.log).
+PMIX_FAILURE = """\
+--------------------------------------------------------------------------
+The PMIx server's listener thread failed to start. We cannot
+continue.
+--------------------------------------------------------------------------"""
+
+
+def _study(tmp_path: Path) -> Path:
+    graph = {"name": "pair", "nodes": [{"id": 0, "dim": 6}, {"id": 1, "dim": 8}], "edges": [[0, 1]]}
+    (tmp_path / "g.yaml").write_text(yaml.safe_dump(graph))
+    agents = [
+        {"encoder": [8, d], "head": [8], "classes": [c, c + 1, c + 2]} for c, d in ((0, 6), (5, 8))
+    ]
+    config = {"name": "pair", "graph": str(tmp_path / "g.yaml"), "agents": agents}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    study = {
+        "study": "tiny",
+        "config": str(tmp_path / "c.yaml"),
+        "output": str(tmp_path / "sweep"),
+        "seeds": [0],
+        "set": {"train.epochs": 1, "train.steps_per_epoch": 2, "sheaf.pilot_batch": 8},
+        "axis": {"name": "lr", "key": "train.lr", "values": [0.01]},
+        "methods": [
+            {"name": "sheaf_frl", "set": {"algorithm": "sheaf_frl"}},
+            {"name": "noncoop", "set": {"algorithm": "noncoop"}},
+        ],
+    }
+    (tmp_path / "study.yaml").write_text(yaml.safe_dump(study))
+    return tmp_path / "study.yaml"
+
+
+def _mpiexec_failing_first(tmp_path: Path, failures: int = 1) -> tuple[Path, Path]:
+    """An mpiexec that fails its first ``failures`` starts as Open MPI sporadically does
+    (message, exit 213, nothing run), then is the real one; it counts its calls in a
+    file."""
+    calls = tmp_path / "calls"
+    wrapper = tmp_path / "mpiexec"
+    wrapper.write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo x >> "{calls}"\n'
+        f'if [ "$(wc -l < "{calls}")" -le {failures} ]; then\n'
+        f"  printf '%s\\n' {shlex.quote(PMIX_FAILURE)} >&2; exit 213\n"
+        "fi\n"
+        f'exec {shlex.quote(str(MPIEXEC))} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return wrapper, calls
+
+
+def _sweep(study: Path, wrapper: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fedsheaf", "sweep", str(study), "--local"],
+        cwd=REPO,
+        env=mpi_env(FEDSHEAF_MPIEXEC=str(wrapper)),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.fixture(autouse=True)
+def _needs_mpiexec():
+    if not MPIEXEC.exists():
+        pytest.skip(f"mpiexec not found at {MPIEXEC}")
+
+
+def test_local_sweep_runs_everything_once_and_retries_a_failed_start(tmp_path):
+    study = _study(tmp_path)
+    wrapper, calls = _mpiexec_failing_first(tmp_path)
+    proc = _sweep(study, wrapper)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert out.count("retrying once") == 1 and "mpiexec failed to start the job (exit 213" in out
+    assert "sweep tiny: 2 runs" in out and "0 failed" in out and "FAILED" not in out
+    assert len(calls.read_text().splitlines()) == 3  # the failed start, then each run once
+    runs, logs = tmp_path / "sweep/runs", tmp_path / "sweep/logs"
+    names = sorted(p.name for p in runs.iterdir())
+    assert len(names) == 2 and all((runs / n / "summary.json").is_file() for n in names)
+    (failed,) = logs.glob("*.failed-start.log")
+    assert "listener thread failed to start" in failed.read_text()
+    first = failed.name.removesuffix(".failed-start.log")
+    assert "fedsheaf: writing" in (logs / f"{first}.log").read_text()  # the retry ran it
+    timings = json.loads((tmp_path / "sweep/timings.json").read_text())
+    assert sorted(timings["runs"]) == names
+
+    again = _sweep(study, wrapper)  # everything finished: nothing is launched
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count("finished earlier, skipped") == 2
+    assert len(calls.read_text().splitlines()) == 3
+
+
+def test_the_suites_launcher_retries_a_failed_start_once(tmp_path):
+    wrapper, calls = _mpiexec_failing_first(tmp_path)
+    hello = ["-c", "from mpi4py import MPI; print('rank', MPI.COMM_WORLD.Get_rank())"]
+    proc = run_mpi(2, hello, mpiexec=wrapper)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(proc.stdout.split()) == ["0", "1", "rank", "rank"]
+    assert len(calls.read_text().splitlines()) == 2
+
+    calls.unlink()  # the program's own failure after a retried start is the test's to see
+    proc = run_mpi(1, ["-c", "import sys; sys.exit(5)"], mpiexec=wrapper)
+    assert proc.returncode not in (0, 213) and len(calls.read_text().splitlines()) == 2
+
+    calls.unlink()
+    wrapper, calls = _mpiexec_failing_first(tmp_path, failures=2)  # once more, not more
+    proc = run_mpi(1, ["-c", "pass"], mpiexec=wrapper)
+    assert proc.returncode == 213 and "listener thread failed" in proc.stderr
+    assert len(calls.read_text().splitlines()) == 2
