@@ -6,7 +6,9 @@ local training (one round of the authors' algorithm) the ends of every edge swap
 ``P_ij θ_i`` (a d_ij-vector) and take one step on ``λ/2 ‖P_ij θ_i − P_ji θ_j‖²``:
 
     θ_i  ← θ_i  − α λ Σ_j P_ijᵀ (P_ij θ_i − P_ji θ_j)        (α: the agent's lr)
-    P_ij ← P_ij − η λ (P_ij θ_i − P_ji θ_j) θ_iᵀ              (η = baseline.fmtl.rate)
+    P_ij ← P_ij − η λ (P_ij θ_i' − P_ji θ_j) θ_i'ᵀ            (η = baseline.fmtl.rate)
+
+where θ_i' is the θ_i just updated (the authors' order) and P_ji θ_j the message.
 
 Communication accuracy uses the post-hoc maps of the non-cooperative baseline.
 The maps cost ``Σ_edges d_ij (n_i + n_j)`` numbers, which grows with γ and with the
@@ -63,13 +65,16 @@ def fmtl_step(
 ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """One sheaf round: a gradient step on ``λ/2 Σ_j ‖P_ij θ − m_j‖²`` for θ, then for each P_ij.
 
-    ``received[j]`` is ``m_j = P_ji θ_j``. θ moves with step ``α``; each map with step ``η``
-    at the *updated* θ, as in the authors' code. Returns the new θ and maps.
+    ``received[j]`` is ``m_j = P_ji θ_j``, sent before either end moved. θ moves with step
+    ``α``; then each map takes a gradient step of size ``η`` at the *updated* θ',
+    ``P_ij ← P_ij − ηλ (P_ij θ' − m_j) θ'ᵀ``, as the authors' ``update_restriction_maps``
+    does (it recomputes the disagreement after the θ step). Returns θ' and the maps.
     """
-    diffs = {j: p @ theta - received[j] for j, p in maps.items()}
-    grad = sum((p.T @ diffs[j] for j, p in maps.items()), torch.zeros_like(theta))
+    grad = sum((p.T @ (p @ theta - received[j]) for j, p in maps.items()), torch.zeros_like(theta))
     theta = theta - alpha * lam * grad
-    new_maps = {j: p - eta * lam * torch.outer(diffs[j], theta) for j, p in maps.items()}
+    new_maps = {
+        j: p - eta * lam * torch.outer(p @ theta - received[j], theta) for j, p in maps.items()
+    }
     return theta, new_maps
 
 

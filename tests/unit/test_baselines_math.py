@@ -132,12 +132,13 @@ def test_fmtl_step_is_a_gradient_step_on_the_edge_disagreement():
     (grad,) = torch.autograd.grad(loss, th)
     torch.testing.assert_close(new_theta, theta - alpha * grad)
     for j, p in maps.items():
+        # then each map: a gradient step on the same disagreement at the *updated* θ, as
+        # the authors' update_restriction_maps recomputes it after the θ step
         pj = p.clone().requires_grad_(True)
-        (gp,) = torch.autograd.grad(0.5 * lam * (pj @ theta - recv[j]).pow(2).sum(), pj)
-        # the map step uses the updated θ as its outer factor (authors' order)
-        expect = p - eta * lam * torch.outer(p @ theta - recv[j], new_theta)
-        torch.testing.assert_close(new_maps[j], expect)
-        assert torch.allclose(gp, lam * torch.outer(p @ theta - recv[j], theta))
+        (gp,) = torch.autograd.grad(0.5 * lam * (pj @ new_theta - recv[j]).pow(2).sum(), pj)
+        torch.testing.assert_close(new_maps[j], p - eta * gp)
+        stale = p - eta * lam * torch.outer(p @ theta - recv[j], new_theta)  # θ mixed
+        assert not torch.allclose(new_maps[j], stale)
 
 
 def test_repeated_fmtl_rounds_reduce_disagreement_between_two_agents():
