@@ -8,6 +8,7 @@ import importlib
 import io
 import os
 import sys
+from typing import NoReturn
 
 from fedsheaf import __version__
 from fedsheaf.errors import FedsheafError
@@ -59,15 +60,32 @@ SUBCOMMANDS = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a hint after "unrecognized arguments" where one helps."""
+
+    hint = ""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments") and self.hint:
+            message = f"{message} ({self.hint})"
+        super().error(message)
+
+
+#: What ``fedsheaf run`` says about an option it does not know (``--epochs 3``).
+RUN_HINT = (
+    "fedsheaf run takes config overrides as key=value, e.g. train.epochs=3; "
+    "`fedsheaf keys` lists the keys"
+)
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; only ``command``'s module is imported (all of them when None).
 
     Every rank of a job parses its command line, so ``fedsheaf run`` must not pay
     for importing the report, bench and theory modules (matplotlib, …).
     """
-    parser = argparse.ArgumentParser(
-        prog="fedsheaf", description="MPI-native federated representation learning."
-    )
+    parser = _Parser(prog="fedsheaf", description="MPI-native federated representation learning.")
+    parser.hint = RUN_HINT if command == "run" else ""
     parser.add_argument("--version", action="version", version=f"fedsheaf {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -127,9 +145,34 @@ def launched_rank() -> int:
     return 0
 
 
+def options_first(argv: list[str]) -> list[str]:
+    """``fedsheaf run``'s arguments with ``--resume RUN_DIR`` moved before the positionals.
+
+    argparse takes CONFIG and the overrides as one run of positionals, so overrides after
+    ``--resume`` (``run CONFIG --resume DIR key=value``) would be "unrecognized".
+    """
+    if "run" not in argv:
+        return argv
+    head, rest = argv[: argv.index("run") + 1], argv[argv.index("run") + 1 :]
+    options, positionals = [], []
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        if arg == "--resume" and i + 1 < len(rest):
+            options += rest[i : i + 2]
+            i += 2
+            continue
+        (options if arg.startswith("--resume=") else positionals).append(arg)
+        i += 1
+    return head + options + positionals
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(_command(argv) or "run")
+    command = _command(argv) or "run"
+    if command == "run" and "--" not in argv:
+        argv = options_first(argv)
+    parser = build_parser(command)
     if launched_rank() == 0:
         args = parser.parse_args(argv)
     else:  # under mpiexec every rank parses; only the first prints usage, help or errors
@@ -140,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     except FedsheafError as exc:
         print(f"fedsheaf: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `fedsheaf sweep ... | head`: the reader has gone; say nothing
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail
+        return 1
     except OSError as exc:  # an output path that cannot be written, a file gone missing
         if args.command == "run":
             raise  # on one rank of a job: the runtime's abort hook must end every rank

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from fedsheaf import graphs, presets
 from fedsheaf.errors import ConfigError, GraphError
+from fedsheaf.units import count
 
 KINDS = ("mnist15", "pair", "class-overlap", "ring", "complete", "erdos-renyi")
 
@@ -87,6 +88,8 @@ def _ints(text: str, option: str) -> list[int]:
 
 def _dims(args: argparse.Namespace) -> list[int]:
     if args.dims is None:
+        if args.kind == "pair":
+            raise GraphError("graph build pair: give --dim D (the Table-3 pair) or --dims D0,D1")
         raise GraphError(f"graph build {args.kind}: --dims is required (e.g. --dims 16,32,48)")
     dims = _ints(args.dims, "--dims")
     if not dims or any(d <= 0 for d in dims):
@@ -177,7 +180,8 @@ def _build(args: argparse.Namespace) -> int:
                 "pass --force to overwrite it or --out to write elsewhere"
             )
     graphs.save_graph(graph, out, comment=f"built by: {cmd}")
-    print(f"wrote {out}: {graph.n} nodes, {len(graph.edges)} edges, density {graph.density():.3f}")
+    edges = count(len(graph.edges), "edge")
+    print(f"wrote {out}: {graph.n} nodes, {edges}, density {graph.density():.3f}")
     return 0
 
 
@@ -186,7 +190,7 @@ def describe(graph: graphs.Graph) -> str:
     where = f" ({graph.source})" if graph.source else ""
     lines = [
         f"graph {graph.name}{where}",
-        f"{graph.n} nodes, {len(graph.edges)} edges, density {graph.density():.3f}, "
+        f"{graph.n} nodes, {count(len(graph.edges), 'edge')}, density {graph.density():.3f}, "
         + ("connected" if graph.is_connected() else "DISCONNECTED"),
         "",
     ]

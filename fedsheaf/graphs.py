@@ -30,6 +30,7 @@ import yaml
 
 from fedsheaf.errors import GraphError, relative_hint
 from fedsheaf.results import atomic_write_text
+from fedsheaf.units import count
 
 _TOP_KEYS = ("name", "nodes", "edges")
 _NODE_KEYS = ("id", "dim", "classes")
@@ -467,6 +468,6 @@ def validate_for_world(graph: Graph, n_ranks: int) -> None:
     if graph.n != n_ranks:
         what = f"graph {graph.source}" if graph.source else f"graph {graph.name!r}"
         raise GraphError(
-            f"{what} has {graph.n} nodes but the job has {n_ranks} ranks; "
+            f"{what} has {graph.n} nodes but the job has {count(n_ranks, 'rank')}; "
             f"launch with mpiexec -n {graph.n}"
         )

@@ -29,7 +29,7 @@ from typing import Any
 
 from fedsheaf.config import read_yaml
 from fedsheaf.errors import ConfigError
-from fedsheaf.results import atomic_write_text, read_json_object, save_figure
+from fedsheaf.results import atomic_write_text, outermost_runs, read_json_object, save_figure
 
 METRICS = ("private_acc", "comm_acc", "comm_acc_deg")
 LAMBDA_FREE = ("noncoop",)
@@ -119,11 +119,9 @@ def collect(paths: list[str | Path]) -> list[RunRecord]:
         if not r.exists():
             raise ConfigError(f"no such run or study directory: {r}")
     manifests = _manifests(roots)
-    dirs = sorted({s.parent.resolve() for r in roots for s in r.rglob("summary.json")})
+    found = {s.parent.resolve() for r in roots for s in r.rglob("summary.json")}
     records = []
-    for d in dirs:
-        if not (d / "config.yaml").is_file():
-            continue
+    for d in outermost_runs({d for d in found if (d / "config.yaml").is_file()}):
         cfg = read_yaml(d / "config.yaml")
         summary = read_json_object(d / "summary.json")
         entry, _ = manifests.get(d, (None, []))
@@ -147,7 +145,24 @@ def collect(paths: list[str | Path]) -> list[RunRecord]:
     if not records:
         where = ", ".join(map(str, paths))
         raise ConfigError(f"no finished runs (summary.json + config.yaml) under {where}")
+    warn_repeated_seeds(records)
     return records
+
+
+def warn_repeated_seeds(records: list[RunRecord]) -> None:
+    """Say where two runs share method, setting, hyper-parameters *and* seed: the table
+    averages them as if they were different seeds (a run repeated under another name,
+    or with another length)."""
+    same: dict[tuple[Any, ...], list[RunRecord]] = {}
+    for r in records:
+        same.setdefault((r.method, r.setting, r.hyper, r.seed), []).append(r)
+    for (method, _, _, seed), group in same.items():
+        if len(group) > 1:
+            names = ", ".join(str(r.path) for r in group)
+            print(
+                f"report: warning: {len(group)} {method} runs with the same setting and seed "
+                f"{seed} are averaged as if they were different seeds: {names}"
+            )
 
 
 def _num(value: Any) -> float:

@@ -24,7 +24,13 @@ from typing import Any
 
 from fedsheaf.config import SERVER_BASED, read_yaml
 from fedsheaf.errors import ConfigError
-from fedsheaf.results import atomic_write_text, read_json_object, read_metrics, save_figure
+from fedsheaf.results import (
+    atomic_write_text,
+    outermost_runs,
+    read_json_object,
+    read_metrics,
+    save_figure,
+)
 from fedsheaf.units import human_bytes
 
 DECENTRALIZED_COLS = ("private_acc", "comm_acc", "comm_acc_deg", "score_val")
@@ -88,7 +94,7 @@ def find_runs(paths: list[str | Path]) -> list[RunInfo]:
     if not dirs:
         where = ", ".join(map(str, paths))
         raise ConfigError(f"no run directories (config.yaml + metrics.jsonl) under {where}")
-    return [load_run(d) for d in sorted(dirs)]
+    return [load_run(d) for d in outermost_runs(dirs)]
 
 
 def _with_acc(records: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:

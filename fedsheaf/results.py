@@ -99,8 +99,30 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(json_safe(obj), indent=2) + "\n")
 
 
+def is_run_dir(path: Path) -> bool:
+    """Whether ``path`` holds a fedsheaf run (its config.yaml beside its results)."""
+    return (path / "config.yaml").is_file() and any(
+        (path / m).exists() for m in ("metrics.jsonl", "summary.json", "checkpoints")
+    )
+
+
+def outermost_runs(dirs: set[Path]) -> list[Path]:
+    """The run directories ``dirs`` (resolved), sorted, without any that lies inside another
+    of them (written there by mistake before ``fedsheaf run`` refused it); each one left
+    out is said on stdout."""
+    kept = []
+    for d in sorted(dirs):
+        outer = next((a for a in d.parents if a in dirs), None)
+        if outer is None:
+            kept.append(d)
+        else:
+            print(f"report: skipping {d}: it lies inside the run directory {outer}")
+    return kept
+
+
 def check_not_foreign(path: str | Path) -> None:
-    """Refuse a run directory that exists, holds files and is not a fedsheaf run's.
+    """Refuse a run directory inside another run's, or one that exists, holds files and is
+    not a fedsheaf run's.
 
     A run directory holds ``config.yaml`` (written first thing), ``metrics.jsonl``,
     ``summary.json`` or ``checkpoints/``; files without any of them are somebody
@@ -109,6 +131,12 @@ def check_not_foreign(path: str | Path) -> None:
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"run directory {path} is a file; choose another output.name")
+    outer = next((a for a in path.absolute().parents if is_run_dir(a)), None)
+    if outer is not None:
+        raise ConfigError(
+            f"run directory {path} would lie inside the run directory {outer}; "
+            "choose an output.dir outside it"
+        )
     markers = ("config.yaml", "metrics.jsonl", "summary.json", "checkpoints")
     if not path.is_dir() or any((path / m).exists() for m in markers):
         return

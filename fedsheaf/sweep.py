@@ -45,6 +45,7 @@ from fedsheaf.config import HUB_BASED, load_config, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.hostinfo import failed_to_start, local_launcher
 from fedsheaf.results import atomic_write_json, atomic_write_text
+from fedsheaf.units import count
 
 STUDY_KEYS = ("study", "config", "output", "seeds", "set", "axis", "methods")
 METHOD_KEYS = ("name", "set", "grid", "ranks")
@@ -164,21 +165,36 @@ def _preset_config(preset: str, value: Any, base: Path, out: Path) -> Path:
     return cfg_path
 
 
-def expand(study_path: str | Path, extra: list[str] | None = None, write: bool = True) -> Study:
+def expand(
+    study_path: str | Path,
+    extra: list[str] | None = None,
+    write: bool = True,
+    output: str | Path | None = None,
+) -> Study:
     """Read a study file and list its runs (validating every run's config).
 
-    ``extra`` overrides go to every run, after the study's own. Preset axes write
-    their run configs and graphs into the sweep directory; with ``write=False``
-    (the printed plan) they are written to a scratch folder for validation only,
-    and the runs still name their places in the sweep directory.
+    ``extra`` overrides go to every run, after the study's own. ``output`` replaces the
+    study's sweep directory. Preset axes write their run configs and graphs into the
+    sweep directory; with ``write=False`` (the printed plan) they are written to a
+    scratch folder for validation only, and the runs still name their places in the
+    sweep directory.
     """
     if write:
-        return _expand(Path(study_path), list(extra or []), None)
+        return _expand(Path(study_path), list(extra or []), None, output)
     with tempfile.TemporaryDirectory(prefix="fedsheaf-sweep-") as scratch:
-        return _expand(Path(study_path), list(extra or []), Path(scratch))
+        return _expand(Path(study_path), list(extra or []), Path(scratch), output)
 
 
-def _expand(path: Path, extra: list[str], scratch: Path | None) -> Study:
+def _check_not_owned(overrides: list[str], owned: dict[str, str], where: str) -> None:
+    """Refuse an override of a key the sweep sets for each run (the sweep's would win)."""
+    for item in overrides:
+        key = item.split("=", 1)[0].strip()
+        why = owned.get(key) or (owned["output."] if key.startswith("output.") else None)
+        if why:
+            raise ConfigError(f"{where}: {key} is set by the sweep for each run; {why}")
+
+
+def _expand(path: Path, extra: list[str], scratch: Path | None, output: str | Path | None) -> Study:
     where = f"study file {path}"
     raw = read_yaml(path, what="study file")
     _unknown(raw, STUDY_KEYS, where)
@@ -189,9 +205,14 @@ def _expand(path: Path, extra: list[str], scratch: Path | None) -> Study:
     base = Path(raw["config"])
     if not base.is_file():
         raise ConfigError(f"{where}: run config {base} does not exist")
-    out = Path(raw.get("output") or f"runs/{name}")
+    out = Path(output or raw.get("output") or f"runs/{name}")
     seeds = _list(raw.get("seeds", [0]), f"{where}: 'seeds'")
-    common = _as_overrides(raw.get("set"), f"{where}: 'set'") + extra
+    study_set = _as_overrides(raw.get("set"), f"{where}: 'set'")
+    common = study_set + extra
+    owned = {
+        "seed": "list the seeds under the study's 'seeds'",
+        "output.": "choose the sweep directory with the study's 'output' or --out DIR",
+    }
 
     axis = raw["axis"]
     if not isinstance(axis, dict):
@@ -201,6 +222,10 @@ def _expand(path: Path, extra: list[str], scratch: Path | None) -> Study:
     if ("key" in axis) == ("preset" in axis):
         raise ConfigError(f"{where}: the axis needs exactly one of 'key' or 'preset'")
     axis_name = str(axis.get("name") or axis.get("key") or axis.get("preset"))
+    if "key" in axis:
+        owned[str(axis["key"])] = "it is the study's axis (list its values under 'axis')"
+    _check_not_owned(study_set, owned, f"{where}: 'set'")
+    _check_not_owned(extra, owned, "--set")
 
     methods = _list(raw["methods"], f"{where}: 'methods'")
     grid_keys: list[str] = []
@@ -225,6 +250,8 @@ def _expand(path: Path, extra: list[str], scratch: Path | None) -> Study:
             grid_keys += [k for k in keys if k not in grid_keys]
             points = list(itertools.product(*(_list(grid[k], f"{mname} grid {k}") for k in keys)))
             m_over = _as_overrides(m.get("set"), f"{where}: method {mname} 'set'")
+            in_grid = {k: f"it is a grid key of method {mname}" for k in keys}
+            _check_not_owned(m_over, {**owned, **in_grid}, f"{where}: method {mname} 'set'")
             for point, seed in itertools.product(points, seeds):
                 gp = dict(zip(keys, point, strict=True))
                 tag = "-".join(
@@ -312,7 +339,7 @@ def run_local(study: Study, force: bool = False) -> int:
             continue
         launcher, env = local_launcher(run.ranks)
         argv = run.argv(launcher, fedsheaf) + extra
-        print(f"{label}: {run.ranks} ranks ...", flush=True)
+        print(f"{label}: {count(run.ranks, 'rank')} ...", flush=True)
         start = time.perf_counter()
         log, failed_log = logs / f"{run.name}.log", logs / f"{run.name}.failed-start.log"
         failed_log.unlink(missing_ok=True)  # from an earlier invocation
@@ -414,6 +441,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         f"default: '{DEFAULT_LAUNCHER}')",
     )
     parser.add_argument("--force", action="store_true", help="--local: rerun finished runs too")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="the sweep directory (runs, logs, study.json), instead of the study's 'output'",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -424,7 +456,7 @@ def run(args: argparse.Namespace) -> int:
             "option --launcher applies only to --emit (--local uses this machine's mpiexec)"
         )
     dry = not args.local and args.emit is None
-    study = expand(args.study, args.set, write=not dry)
+    study = expand(args.study, args.set, write=not dry, output=args.out)
     if dry:
         for r in study.runs:
             print(shlex.join(r.argv(["mpiexec", "-n", str(r.ranks)], ["fedsheaf"])))

@@ -33,3 +33,8 @@ def human_bytes(n: Any, *, compact: bool = False) -> str:
         if n >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{int(n)} B"
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and the noun, plural unless ``n`` is 1: ``count(1, "rank") == "1 rank"``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

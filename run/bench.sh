@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the benchmark suite (results/bench/README.md explains the targets and numbers).
 # Extra arguments go to `fedsheaf bench` (see `fedsheaf bench --help`):
-#   run/bench.sh                                   # every case, small size: 2 CPU cores, ~15 min
+#   run/bench.sh                                   # every case, small size: 2 CPU cores, ~8 min
 #   run/bench.sh overhead bytes --repeats 7        # some cases
 #   run/bench.sh --size full --device cuda         # GPU variant: the paper's sizes on one GPU
 #   run/bench.sh scaling --size full --device cpu --ranks 1,2,4,8,16   # 16-core node

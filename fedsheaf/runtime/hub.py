@@ -32,6 +32,7 @@ from fedsheaf.errors import ConfigError
 from fedsheaf.graphs import load_graph
 from fedsheaf.runtime.star import Star
 from fedsheaf.runtime.world import UserErrorExit, World
+from fedsheaf.units import count
 
 
 class StarHub:
@@ -87,7 +88,7 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
         if world.size != n + 1:
             raise ConfigError(
                 f"algorithm {cfg.algorithm} needs one rank per agent plus a server rank: "
-                f"launch with mpiexec -n {n + 1} (the job has {world.size} ranks)"
+                f"launch with mpiexec -n {n + 1} (the job has {count(world.size, 'rank')})"
             )
         return experiment.build_graph(cfg, n)
 

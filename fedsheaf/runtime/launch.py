@@ -23,6 +23,7 @@ from fedsheaf.progress import Recorder, agent_table
 from fedsheaf.results import RunDir, check_not_foreign
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import World, init_world
+from fedsheaf.units import count
 
 
 def run_decentralized(
@@ -70,7 +71,7 @@ def run_decentralized(
     world.log(
         f"fedsheaf: {cfg.algorithm} '{cfg.name}' on {graph.name} ({graph.n} agents, "
         f"{len(graph.edges)} edge{'' if len(graph.edges) == 1 else 's'}), {ds.name} "
-        f"s={cfg.data.shift}, {cfg.train.epochs} epochs x {steps} steps, "
+        f"s={cfg.data.shift}, {count(cfg.train.epochs, 'epoch')} x {count(steps, 'step')}, "
         f"device {world.device}, seed {cfg.seed}"
     )
     if run_dir is not None:
@@ -121,7 +122,39 @@ def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
         checkpoint.check_fresh_start(path, cfg.output.overwrite)
     elif (path / "config.yaml").is_file():
         check_resume(path, cfg)
+        if (path / "summary.json").exists():
+            extend_finished(path, cfg)
     return RunDir(path, cfg.output.overwrite)
+
+
+def run_length(cfg: ExperimentConfig) -> tuple[int, str, str]:
+    """How long ``cfg``'s run is: (count, unit, the config key that sets it)."""
+    if cfg.decentralized or cfg.hub_based:
+        return cfg.train.epochs, "epoch", "train.epochs"
+    return cfg.federated.rounds, "round", "federated.rounds"
+
+
+def extend_finished(path: Path, cfg: ExperimentConfig) -> None:
+    """Rank 0, resuming the finished run in ``path``: train it longer, or refuse.
+
+    A finished run continues only to a greater length; its summary is removed (the
+    last record of ``metrics.jsonl`` keeps its numbers) and written again at the new end.
+    Training from the last checkpoint on is that of a run asked for the greater length
+    from the start; the metrics differ only where the shorter run evaluated its last
+    epochs (rounds), which it always does.
+    """
+    saved = load_config(path / "config.yaml")
+    done, unit, key = run_length(saved)
+    wanted = run_length(cfg)[0]
+    if wanted <= done:
+        raise ConfigError(
+            f"{path} is a finished run of {done} {unit}s; to train it longer, resume it "
+            f"with {key} greater than {done}"
+        )
+    (path / "summary.json").unlink()
+    print(
+        f"fedsheaf: extending the finished run {path} from {done} to {wanted} {unit}s", flush=True
+    )
 
 
 #: What resuming reads: the newest complete checkpoint and this rank's state in it.

@@ -83,7 +83,7 @@ from fedsheaf.results import RunDir
 from fedsheaf.runtime.launch import checkpointer, load_latest, open_run_dir
 from fedsheaf.runtime.star import NO_CLIENT, Star
 from fedsheaf.runtime.world import World
-from fedsheaf.units import human_bytes
+from fedsheaf.units import count, human_bytes
 
 #: Byte-counter kind of the runtime's own exchanges (placement), kept out of bytes_up/down.
 PLUMBING = "placement"
@@ -376,7 +376,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         f"worker rank{'s' if star.n_workers > 1 else ''} (up to {per_rank} per rank), "
         f"{placed}, "
         f"{task.describe()}, "
-        f"{n_selected(fc.clients, fc.fraction)} clients per round, {fc.rounds} rounds; "
+        f"{n_selected(fc.clients, fc.fraction)} clients per round, {count(fc.rounds, 'round')}; "
         f"{algorithm.describe()}; {runner.shared.size} shared parameters "
         f"({human_bytes(runner.shared.nbytes, compact=True)}); "
         f"device {world.device}, seed {cfg.seed}"

@@ -32,31 +32,35 @@ def test_resume_guards_and_fallback(tmp_path):
     out = f"output.dir={tmp_path}"
     ref = _run(tmp_path, quick, out, "output.name=ref", "train.epochs=4", *COMMON)
     assert ref.returncode == 0, ref.stderr
-    # a run stopped after epoch 3 (its summary gone: it looks interrupted)
-    cut = tmp_path / "cut"
+    cut = tmp_path / "cut"  # a finished run of 3 epochs, to be trained longer
     proc = _run(tmp_path, quick, out, "output.name=cut", "train.epochs=3", *COMMON)
     assert proc.returncode == 0, proc.stderr
-    (cut / "summary.json").unlink()
 
     line = _one_error(_run(tmp_path, "--resume", str(cut), "seed=6", "train.epochs=4"))
     assert "cannot resume" in line and "experiment: seed (5 -> 6). A resumed run" in line
-    line = _one_error(_run(tmp_path, "--resume", str(cut), "train.epochs=2"))
-    assert "checkpointed after epoch 3, past the 2 epochs" in line
+    for length in ([], ["train.epochs=2"]):  # a finished run only gets longer
+        line = _one_error(_run(tmp_path, "--resume", str(cut), *length))
+        assert f"{cut} is a finished run of 3 epochs; to train it longer, resume it" in line
+        assert "train.epochs greater than 3" in line and "overwrite" not in line
+    assert (cut / "summary.json").is_file()
     away = tmp_path / "elsewhere"
     away.mkdir()
     line = _one_error(_run(tmp_path, "--resume", str(cut), "train.epochs=4", cwd=away))
     assert f"graphs/quick4.yaml does not exist (relative to the current directory {away})" in line
 
-    # the newest checkpoint is damaged on one rank: resume from the one before it
+    # trained longer, while its newest checkpoint is damaged on one rank: from the one before
     torn = cut / "checkpoints" / "epoch-0003" / "rank-2.pt"
     torn.write_bytes(torn.read_bytes()[:100])
     proc = _run(tmp_path, "--resume", str(cut), "train.epochs=4")
     assert proc.returncode == 0, proc.stderr
+    assert f"extending the finished run {cut} from 3 to 4 epochs" in proc.stdout
     assert "the checkpoint after epoch 3 cannot be used" in proc.stdout
     assert f"resuming {cut} after epoch 2" in proc.stdout
     resumed, reference = (read_metrics(d / "metrics.jsonl") for d in (cut, tmp_path / "ref"))
     assert [r["epoch"] for r in resumed] == [1, 2, 3, 4]
     assert untimed(resumed) == untimed(reference)
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (cut, tmp_path / "ref")]
+    assert untimed(summaries[0]) == untimed(summaries[1])
 
     # every checkpoint damaged: an error, not a silent restart
     again = tmp_path / "again"
@@ -67,3 +71,7 @@ def test_resume_guards_and_fallback(tmp_path):
     line = _one_error(_run(tmp_path, "--resume", str(again), "train.epochs=4"))
     assert "no checkpoint can be read" in line
     assert json.loads((again / "checkpoints" / "latest.json").read_text())["epoch"] == 4
+
+    (cut / "summary.json").unlink()  # as if stopped after its epoch-4 checkpoint
+    line = _one_error(_run(tmp_path, "--resume", str(cut), "train.epochs=3"))
+    assert "checkpointed after epoch 4, past the 3 epochs" in line

@@ -80,31 +80,35 @@ def _config(tmp_path, cfg):
     return path
 
 
-@pytest.mark.parametrize("make", [_fedrep, _head_fedavg], ids=["fedrep", "head_fedavg"])
-def test_resumed_server_run_matches_an_uninterrupted_one(tmp_path, fmnist_root, make):
-    if not MPIEXEC.exists():
-        pytest.skip(f"mpiexec not found at {MPIEXEC}")
-    cfg = _config(tmp_path, make(fmnist_root))
-    runs = tmp_path / "runs"
-
-    def start(*overrides: str) -> subprocess.Popen[str]:
-        args = ["-m", "fedsheaf", "run", str(cfg), *overrides]
-        return subprocess.Popen(
-            mpi_command(NP, args),
+def _run_together(*runs: list[str]) -> None:
+    """``fedsheaf run ARGS`` for each ARGS, all at once on NP ranks each; all must succeed
+    (startup dominates these runs on 2 cores)."""
+    procs = [
+        subprocess.Popen(
+            mpi_command(NP, ["-m", "fedsheaf", "run", *args]),
             cwd=REPO,
             env=mpi_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-
-    procs = [
-        start("output.name=ref", "checkpoint.every=0"),
-        start("output.name=cut", f"checkpoint.every={CUT}"),
+        for args in runs
     ]
     for proc in procs:
         _, err = proc.communicate(timeout=240)
         assert proc.returncode == 0, err
+
+
+@pytest.mark.parametrize("make", [_fedrep, _head_fedavg], ids=["fedrep", "head_fedavg"])
+def test_resumed_server_run_matches_an_uninterrupted_one(tmp_path, fmnist_root, make):
+    if not MPIEXEC.exists():
+        pytest.skip(f"mpiexec not found at {MPIEXEC}")
+    cfg = _config(tmp_path, make(fmnist_root))
+    runs = tmp_path / "runs"
+    _run_together(
+        [str(cfg), "output.name=ref", "checkpoint.every=0"],
+        [str(cfg), "output.name=cut", f"checkpoint.every={CUT}"],
+    )
     ref, cut = runs / "ref", runs / "cut"
     assert not (ref / "checkpoints").exists()
     reference = untimed(read_metrics(ref / "metrics.jsonl"))
@@ -127,3 +131,25 @@ def test_resumed_server_run_matches_an_uninterrupted_one(tmp_path, fmnist_root, 
     assert untimed(json.loads((cut / "summary.json").read_text())) == ref_summary
     kept = sorted(p.name for p in checkpoint.checkpoints_dir(cut).glob("epoch-*"))
     assert kept == [f"epoch-{CUT:04d}", f"epoch-{ROUNDS:04d}"]
+
+
+@pytest.mark.parametrize("make", [_fedrep, _head_fedavg], ids=["fedrep", "head_fedavg"])
+def test_a_finished_server_run_trained_longer_is_the_longer_run(tmp_path, fmnist_root, make):
+    """FedRep ends with a fine-tuning round after its last one: the checkpoint of the last
+    round is taken before it, so a finished run continues as if it had been asked for more."""
+    cfg = _config(tmp_path, make(fmnist_root))
+    runs = tmp_path / "runs"
+    _run_together(
+        [str(cfg), "output.name=short", "federated.rounds=2"],
+        [str(cfg), "output.name=long", "federated.rounds=3", "checkpoint.every=0"],
+    )
+    short, long = runs / "short", runs / "long"
+    proc = run_mpi(NP, ["-m", "fedsheaf", "run", "--resume", str(short), "rounds=3"], timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert f"extending the finished run {short} from 2 to 3 rounds" in proc.stdout
+    assert f"resuming {short} after round 2" in proc.stdout
+    assert untimed(read_metrics(short / "metrics.jsonl")) == untimed(
+        read_metrics(long / "metrics.jsonl")
+    )
+    summaries = [untimed(json.loads((d / "summary.json").read_text())) for d in (short, long)]
+    assert summaries[0] == summaries[1]

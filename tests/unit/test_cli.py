@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import pytest
 
 from fedsheaf import cli
+from fedsheaf.cli import options_first
 from tests.conftest import REPO
 
+QUICK = "configs/quickstart.yaml"
 HEAVY = ("fedsheaf.report", "fedsheaf.bench.command", "fedsheaf.theory.command", "matplotlib")
 
 
@@ -79,3 +82,44 @@ def test_an_unwritable_output_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("fedsheaf: error: ") and str(blocker) in err
+
+
+def test_run_takes_resume_anywhere_and_hints_at_overrides(capsys):
+    assert options_first(["run", "c.yaml", "--resume", "D", "a=1"]) == [
+        "run", "--resume", "D", "c.yaml", "a=1",
+    ]  # fmt: skip
+    assert options_first(["run", "a=1", "--resume=D", "b=2"]) == ["run", "--resume=D", "a=1", "b=2"]
+    assert options_first(["sweep", "s.yaml", "--local"]) == ["sweep", "s.yaml", "--local"]
+    # the override after --resume is not "unrecognized" (fedsheaf run then says "not both")
+    argv = options_first(["run", "configs/quickstart.yaml", "--resume", "/nowhere", "seed=1"])
+    args = cli.build_parser("run").parse_args(argv)
+    assert (args.config, args.resume, args.overrides) == (QUICK, "/nowhere", ["seed=1"])
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["run", "configs/quickstart.yaml", "--epochs", "3"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --epochs 3 (fedsheaf run takes config overrides as" in err
+    assert "e.g. train.epochs=3" in err
+
+
+def test_a_reader_that_goes_away_is_not_an_error(tmp_path):
+    study = {  # a plan of 600 lines, well over what a pipe buffers
+        "study": "many",
+        "config": str(REPO / "configs/quickstart.yaml"),
+        "seeds": list(range(600)),
+        "axis": {"name": "s", "key": "data.shift", "values": [0.5]},
+        "methods": [{"name": "sf"}],
+    }
+    (tmp_path / "study.yaml").write_text(json.dumps(study))  # JSON is YAML
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fedsheaf", "sweep", str(tmp_path / "study.yaml")],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # as `| head -1` does
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 1 and err == "", err

@@ -1,6 +1,7 @@
 """``fedsheaf graph build/show`` through configure()/run()."""
 
 import argparse
+import re
 from pathlib import Path
 
 import pytest
@@ -119,6 +120,7 @@ def test_show(capsys: pytest.CaptureFixture[str]) -> None:
         (["build", "pair", "--dim", "100"], "Table 3 has no latent dimension"),
         (["build", "pair", "--dim", "16", "--dims", "4,4"], "not both"),
         (["build", "pair", "--dims", "4,4,4"], "exactly 2 dims"),
+        (["build", "pair"], "graph build pair: give --dim D (the Table-3 pair) or --dims D0,D1"),
         (["build", "mnist15", "--density", "2"], "density must be in"),
         (["show", "/nonexistent/graph.yaml"], "does not exist"),
     ],
@@ -126,7 +128,7 @@ def test_show(capsys: pytest.CaptureFixture[str]) -> None:
 def test_user_errors(tmp_path: Path, argv: list[str], words: str) -> None:
     if argv[0] == "build":
         argv = [*argv, "--out", str(tmp_path / "x.yaml")]
-    with pytest.raises(GraphError, match=words.replace("(", r"\(")):
+    with pytest.raises(GraphError, match=re.escape(words)):
         cli(*argv)
     assert not (tmp_path / "x.yaml").exists()
 

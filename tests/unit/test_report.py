@@ -155,3 +155,22 @@ def test_a_corrupt_study_manifest_is_one_error_line(study, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"fedsheaf: error: {study / 'study.json'} is not valid JSON: ")
     assert err.count("\n") == 1
+
+
+def test_nested_runs_are_skipped_and_repeated_seeds_are_said(tmp_path, capsys):
+    root = tmp_path / "runs"
+    outer = _run(root, "a", ["seed=1"], _summary(0.7, 0.8, 0.5))
+    _run(outer, "a", ["seed=1"], _summary(0.6, 0.1, 0.1))  # output.dir=<a run> by mistake
+    records = collect([root])
+    assert [r.path for r in records] == [outer.resolve()]
+    out = capsys.readouterr().out
+    assert f"report: skipping {(outer / 'a').resolve()}: it lies inside the run directory" in out
+    assert "warning" not in out
+
+    _run(root, "b", ["seed=1"], _summary(0.7, 0.7, 0.5))  # the same run under another name
+    _run(root, "c", ["seed=2"], _summary(0.7, 0.7, 0.5))
+    assert len(collect([root])) == 3
+    out = capsys.readouterr().out
+    assert out.count("warning") == 1
+    assert "2 sheaf_frl runs with the same setting and seed 1 are averaged as if" in out
+    assert str(root.resolve() / "b") in out and "/c" not in out.split("warning")[1]

@@ -67,3 +67,18 @@ def test_resume_may_change_length_places_and_step_size_only(tmp_path):
 def test_relative_hint():
     assert relative_hint("/abs/path") == ""
     assert relative_hint("graphs/x.yaml").startswith(" (relative to the current directory /")
+
+
+def test_a_run_directory_is_never_made_inside_another_run(tmp_path):
+    run = tmp_path / "quickstart-sheaf_frl-seed3"
+    RunDir(run).write_config("name: x\n")
+    check_not_foreign(run / "inner")  # a config.yaml alone is not a run (yet)
+    (run / "metrics.jsonl").write_text("{}\n")
+    for inner in (run / "quickstart-sheaf_frl-seed3", run / "checkpoints" / "r", run / "a" / "b"):
+        with pytest.raises(ConfigError) as err:
+            check_not_foreign(inner)
+        assert str(err.value) == (
+            f"run directory {inner} would lie inside the run directory {run}; "
+            "choose an output.dir outside it"
+        )
+    check_not_foreign(tmp_path / "beside")

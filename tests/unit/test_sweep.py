@@ -236,3 +236,34 @@ def test_emit_with_an_unsplittable_launcher_is_an_error(tmp_path):
     study = expand(_study(tmp_path, seeds=[0]))
     with pytest.raises(ConfigError, match="--launcher .* cannot be split"):
         emit(study, tmp_path / "cmds.txt", "srun -n '{n}")
+
+
+def test_keys_the_sweep_sets_per_run_cannot_be_overridden(tmp_path, capsys):
+    study = str(_study(tmp_path, seeds=[0]))
+    for extra, words in (
+        ("output.dir=/elsewhere", "--set: output.dir is set by the sweep for each run; choose "
+         "the sweep directory with the study's 'output' or --out DIR"),
+        ("output.name=x", "--set: output.name is set by the sweep"),
+        ("seed=3", "--set: seed is set by the sweep for each run; list the seeds under"),
+        ("data.shift=0.2", "--set: data.shift is set by the sweep for each run; it is the "
+         "study's axis"),
+    ):  # fmt: skip
+        assert cli.main(["sweep", study, "--set", extra]) == 2
+        assert f"fedsheaf: error: {words}" in capsys.readouterr().err
+    methods = [{"name": "sf", "set": {"sheaf.lam": 0.5}, "grid": {"sheaf.lam": [0.1, 1.0]}}]
+    with pytest.raises(ConfigError, match="method sf 'set': sheaf.lam is set by the sweep .* grid"):
+        expand(_study(tmp_path, methods=methods), write=False)
+    with pytest.raises(ConfigError, match=r"'set': output.dir is set by the sweep"):
+        expand(_study(tmp_path, set={"output.dir": "x"}), write=False)
+    # a key one method grids may still be set for all (the others keep it)
+    both = [{"name": "sf", "grid": {"sheaf.lam": [0.1]}}, {"name": "nc"}]
+    assert len(expand(_study(tmp_path, seeds=[0], set={"sheaf.lam": 0.3}, methods=both)).runs) == 6
+
+
+def test_out_chooses_the_sweep_directory(tmp_path, capsys):
+    study = str(_study(tmp_path, seeds=[0]))
+    target = tmp_path / "elsewhere"
+    assert cli.main(["sweep", study, "--out", str(target), "--emit"]) == 0
+    lines = (target / "commands.txt").read_text().splitlines()
+    assert len(lines) == 12 and all(f"output.dir={target / 'runs'}" in ln for ln in lines)
+    assert (target / "study.json").is_file() and not (tmp_path / "out").exists()

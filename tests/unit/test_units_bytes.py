@@ -69,3 +69,9 @@ def test_progress_line_keeps_the_compact_form() -> None:
 def test_report_and_watch_still_import_without_torch() -> None:
     code = "import sys, fedsheaf.report_runs, fedsheaf.watch; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_counts_read_as_english():
+    from fedsheaf.units import count
+
+    assert [count(n, "rank") for n in (0, 1, 2)] == ["0 ranks", "1 rank", "2 ranks"]
