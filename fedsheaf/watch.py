@@ -135,6 +135,22 @@ def finished_line(summary: dict[str, Any]) -> str:
     return " ".join(cells)
 
 
+def _since_last(run_dir: Path, now: float | None = None) -> str:
+    """``", last record 12 min ago"`` once that is over a minute (a stalled or dead job
+    looks like this; a job that is alive writes a record every epoch or round)."""
+    try:
+        age = (time.time() if now is None else now) - (run_dir / "metrics.jsonl").stat().st_mtime
+    except OSError:
+        return ""
+    if age < 60:
+        return ""
+    return (
+        f", last record {age / 60:.0f} min ago"
+        if age < 7200
+        else f", last record {age / 3600:.0f} h ago"
+    )
+
+
 def _read_config(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "config.yaml"
     if not path.is_file():
@@ -154,14 +170,18 @@ def watch(
     """
     out = out if out is not None else sys.stdout
     run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ConfigError(f"no such run directory: {run_dir}")
     if interval <= 0:
         raise ConfigError(f"--interval must be positive, got {interval}")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"{run_dir} is not a run directory (a file)")
+    if not run_dir.exists():
+        if once:
+            raise ConfigError(f"no such run directory: {run_dir}")
+        print(f"waiting for {run_dir} (the job creates it when it starts)", file=out, flush=True)
     cfg = _read_config(run_dir)
     if cfg is None and once:
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
-    while cfg is None:  # the job has not written its config yet
+    while cfg is None:  # the job has not started, or not written its config yet
         time.sleep(interval)
         cfg = _read_config(run_dir)
     print(header(cfg, run_dir), file=out, flush=True)
@@ -180,7 +200,7 @@ def watch(
         if once:
             unit = "rounds" if _family(cfg) == "server" else "epochs"
             state = f"{seen} {unit} so far" if seen else f"no {unit} recorded yet"
-            print(f"running: {state}", file=out, flush=True)
+            print(f"running: {state}{_since_last(run_dir)}", file=out, flush=True)
             return 0
         time.sleep(interval)
 

@@ -144,3 +144,21 @@ def test_help_shows_the_interval_default(capsys):
     with pytest.raises(SystemExit):
         cli.main(["watch", "--help"])
     assert "seconds between polls (default: 5.0)" in capsys.readouterr().out
+
+
+def test_follow_mode_waits_for_a_job_that_has_not_started(tmp_path):
+    path = tmp_path / "run"
+    threading.Timer(0.2, lambda: make_decentralized(tmp_path, "run", epochs=1)).start()
+    out = _watch(path, interval=0.02)
+    assert out[0] == f"waiting for {path} (the job creates it when it starts)"
+    assert out[2].startswith("epoch 1/1") and out[-1].startswith("finished in")
+
+
+def test_a_stalled_run_says_when_it_last_wrote(tmp_path):
+    path = make_decentralized(tmp_path, "run", epochs=3, finished=False)
+    old = time.time() - 25 * 60
+    os.utime(path / "metrics.jsonl", (old, old))
+    assert _watch(path, once=True)[-1] == "running: 3 epochs so far, last record 25 min ago"
+    (tmp_path / "file").touch()
+    with pytest.raises(ConfigError, match="is not a run directory"):
+        watch(tmp_path / "file")
