@@ -81,6 +81,13 @@ class SheafConfig:
     )
     pilot_batch: int = spec(64, lo=1, doc="K pilots per step")
     map_refresh: str = spec("epoch", choices=("epoch", "step"))
+    window: int | None = spec(
+        None,
+        lo=1,
+        doc="W: fit the maps on the pilots of the last W samples (whole pilot batches, "
+        "rounded up); with map_refresh=step a sliding window refitted every step; null: "
+        "every batch since the last refresh (map_refresh=step: this step's, Algorithm 1)",
+    )
     whitening: str = spec("standardize", choices=("standardize", "zca"))
     variant: str = spec(
         "standard",
@@ -304,6 +311,12 @@ class ExperimentConfig:
                 f"algorithm {self.algorithm} needs every agent to have the same latent "
                 f"dimension d (last encoder width), but the agents have d = {dims}; use "
                 "sheaf_frl, noncoop, comfed or sheaf_fmtl for unequal dimensions"
+            )
+        if self.sheaf.window is not None and self.sheaf.variant != "standard":
+            raise ConfigError(
+                f"sheaf.window applies to sheaf.variant=standard only: the {self.sheaf.variant} "
+                "variant's messages are transported by maps that change at every refit, so "
+                "older batches cannot stay in a window; leave sheaf.window null"
             )
         if len(dims) > 1 and self.algorithm == "sheaf_frl" and self.sheaf.variant == "homogeneous":
             raise ConfigError(

@@ -30,7 +30,7 @@ from fedsheaf.algorithms.base import (
     Reporter,
 )
 from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
-from fedsheaf.sheaf.maps import PilotWindow, stiefel_map
+from fedsheaf.sheaf.maps import PilotWindow, stiefel_map, window_batches
 from fedsheaf.sheaf.penalty import agent_lambda, sheaf_penalty
 
 
@@ -45,7 +45,7 @@ class SheafFRL(DecentralizedAlgorithm):
         self.pilots = PilotPlan(sc, self.cfg.seed, agent.data.x_pilot, agent.data.y_pilot)
         self.recv_shapes = [(dims[j], self.pilots.columns) for j in nbr.neighbours]
         self.maps: dict[int, torch.Tensor] = {}
-        self.window = PilotWindow()
+        self.window = PilotWindow(batches=window_batches(sc.window, self.pilots.columns))
 
     def pilot_matrix(self, epoch: int, step: int) -> torch.Tensor:
         """This step's ``A_i`` (d_i × K), differentiable w.r.t. the encoder."""
@@ -103,13 +103,17 @@ class SheafFRL(DecentralizedAlgorithm):
 
     def penalty(self, a_own: torch.Tensor, received: list[torch.Tensor]) -> torch.Tensor:
         """Update the maps from this step's pilots and return ``R_i`` (differentiable)."""
-        own, timer = a_own.detach(), self.timer
+        own, timer, sc = a_own.detach(), self.timer, self.cfg.sheaf
+        sliding = sc.map_refresh == "step" and sc.window is not None
         with timer("maps"):
             for j, a_j in zip(self.nbr.neighbours, received, strict=True):
                 head, tail = self._head_tail(j, own, a_j)
-                if self.cfg.sheaf.map_refresh == "step" or j not in self.maps:
+                if sliding:  # refit every step on the last W samples
+                    self.window.add(j, head, tail)
+                    self.maps[j] = self.window.fit(j, dtype=own.dtype)
+                elif sc.map_refresh == "step" or j not in self.maps:
                     self.maps[j] = stiefel_map(head, tail)
-                if self.cfg.sheaf.map_refresh == "epoch":
+                if sc.map_refresh == "epoch":
                     self.window.add(j, head, tail)
         with timer("penalty"):
             terms = [
@@ -129,13 +133,21 @@ class SheafFRL(DecentralizedAlgorithm):
         return self.maps[j]
 
     def extra_state(self) -> dict[str, Any]:
+        cpu = torch.device("cpu")
         return {
             "maps": {j: v.cpu() for j, v in self.maps.items()},
-            "window": {j: (cross.cpu(), n) for j, (cross, n) in self.window.state().items()},
+            "window": {j: _moved(w, cpu) for j, w in self.window.state().items()},
         }
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
-        self.maps = {int(j): v.to(self.agent.device) for j, v in state["maps"].items()}
-        self.window.load_state(
-            {int(j): (cross.to(self.agent.device), n) for j, (cross, n) in state["window"].items()}
-        )
+        device = self.agent.device
+        self.maps = {int(j): v.to(device) for j, v in state["maps"].items()}
+        self.window.load_state({int(j): _moved(w, device) for j, w in state["window"].items()})
+
+
+def _moved(window_entry: Any, device: torch.device) -> Any:
+    """A :meth:`PilotWindow.state` entry (``(cross, n)`` or a list of them) on ``device``."""
+    if isinstance(window_entry, list):
+        return [_moved(batch, device) for batch in window_entry]
+    cross, n = window_entry
+    return cross.to(device), n

@@ -148,7 +148,7 @@ def extend_finished(path: Path, cfg: ExperimentConfig) -> None:
     wanted = run_length(cfg)[0]
     if wanted <= done:
         raise ConfigError(
-            f"{path} is a finished run of {done} {unit}s; to train it longer, resume it "
+            f"{path} is a finished run of {count(done, unit)}; to train it longer, resume it "
             f"with {key} greater than {done}"
         )
     (path / "summary.json").unlink()

@@ -18,7 +18,9 @@ internally; the result has the dtype and device of the input.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Hashable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -30,6 +32,7 @@ __all__ = [
     "stiefel_map",
     "stiefel_map_from_cross",
     "transport",
+    "window_batches",
 ]
 
 
@@ -150,22 +153,28 @@ def random_stiefel(
 
 
 class PilotWindow:
-    """Per-neighbour running cross-products ``Σ_t A_head^(t) A_tail^(t)ᵀ`` over a window.
+    """Per-neighbour cross-products ``Σ_t A_head^(t) A_tail^(t)ᵀ`` over a window of batches.
 
     Fitting on the window means fitting on the column-wise concatenation of every
     pilot batch in it: ``[A^(1) … A^(T)] [B^(1) … B^(T)]ᵀ = Σ_t A^(t) B^(t)ᵀ``, and the
     Stiefel fit depends on the data only through that cross-product (see the module
-    docstring). So the window costs ``O(d_head · d_tail)`` memory per neighbour however
-    many steps it spans, and gives exactly the concatenated fit.
+    docstring). So an unlimited window (every batch since the last :meth:`reset`) costs
+    ``O(d_head · d_tail)`` memory per neighbour however many steps it spans, and gives
+    exactly the concatenated fit; a window of the last ``batches`` batches keeps each of
+    them (a sliding window) and sums them, oldest first, when fitted.
 
     Accumulation is detached and in float64. ``map_refresh: step`` (Algorithm 1 literally)
     is ``add`` → ``fit`` → ``reset`` every step; the default refreshes once per epoch.
     """
 
-    def __init__(self, jitter: float = 1e-6) -> None:
+    def __init__(self, jitter: float = 1e-6, batches: int | None = None) -> None:
+        if batches is not None and batches < 1:
+            raise ValueError(f"a window holds at least one batch, got {batches}")
         self.jitter = jitter
+        self.batches = batches
         self._cross: dict[Hashable, Tensor] = {}
         self._count: dict[Hashable, int] = {}
+        self._recent: dict[Hashable, deque[tuple[Tensor, int]]] = {}
 
     def add(self, neighbour: Hashable, a_head: Tensor, a_tail: Tensor) -> None:
         """Add one pilot batch of the edge with ``neighbour`` (head × K, tail × K)."""
@@ -186,15 +195,21 @@ class PilotWindow:
                 f"neighbour {neighbour!r}: cross-product shape changed from "
                 f"{tuple(prev.shape)} to {tuple(cross.shape)}"
             )
-        self._cross[neighbour] = cross if prev is None else prev + cross
-        self._count[neighbour] = self._count.get(neighbour, 0) + a_head.shape[1]
+        if self.batches is None:
+            self._cross[neighbour] = cross if prev is None else prev + cross
+            self._count[neighbour] = self._count.get(neighbour, 0) + a_head.shape[1]
+            return
+        recent = self._recent.setdefault(neighbour, deque(maxlen=self.batches))
+        recent.append((cross, a_head.shape[1]))
+        self._cross[neighbour] = _sum_oldest_first([c for c, _ in recent])
+        self._count[neighbour] = sum(n for _, n in recent)
 
     def samples(self, neighbour: Hashable) -> int:
-        """Number of pilots accumulated for ``neighbour`` since the last reset."""
+        """Number of pilots in ``neighbour``'s window."""
         return self._count.get(neighbour, 0)
 
     def cross(self, neighbour: Hashable) -> Tensor:
-        """The accumulated float64 cross-product (head × tail) for ``neighbour``."""
+        """The window's float64 cross-product (head × tail) for ``neighbour``."""
         if neighbour not in self._cross:
             raise KeyError(f"no pilot batches accumulated for neighbour {neighbour!r}")
         return self._cross[neighbour]
@@ -205,17 +220,42 @@ class PilotWindow:
         return v if dtype is None else v.to(dtype)
 
     def reset(self) -> None:
-        """Start a new window (drops every neighbour's accumulator)."""
+        """Start a new window (drops every neighbour's batches)."""
         self._cross.clear()
         self._count.clear()
+        self._recent.clear()
 
-    def state(self) -> dict[Hashable, tuple[Tensor, int]]:
-        """The window's running sums per neighbour: ``{neighbour: (cross, samples)}``."""
-        return {j: (self._cross[j], self._count[j]) for j in self._cross}
+    def state(self) -> dict[Hashable, Any]:
+        """Per neighbour: ``(cross, samples)`` (unlimited window) or the list of its
+        batches' ``(cross, samples)``, oldest first (sliding window)."""
+        if self.batches is None:
+            return {j: (self._cross[j], self._count[j]) for j in self._cross}
+        return {j: list(recent) for j, recent in self._recent.items()}
 
-    def load_state(self, state: dict[Hashable, tuple[Tensor, int]]) -> None:
+    def load_state(self, state: dict[Hashable, Any]) -> None:
         """Replace the window by one returned from :meth:`state` (checkpoint restore)."""
         self.reset()
-        for j, (cross, count) in state.items():
-            self._cross[j] = cross.to(torch.float64)
-            self._count[j] = int(count)
+        for j, value in state.items():
+            if self.batches is None:
+                cross, count = value
+                self._cross[j] = cross.to(torch.float64)
+                self._count[j] = int(count)
+                continue
+            recent = deque(((c.to(torch.float64), int(n)) for c, n in value), self.batches)
+            self._recent[j] = recent
+            self._cross[j] = _sum_oldest_first([c for c, _ in recent])
+            self._count[j] = sum(n for _, n in recent)
+
+
+def _sum_oldest_first(crosses: list[Tensor]) -> Tensor:
+    """Σ of the window's cross-products in a fixed order (both ends of an edge agree)."""
+    total = crosses[0].clone()
+    for c in crosses[1:]:
+        total += c
+    return total
+
+
+def window_batches(window: int | None, columns: int) -> int | None:
+    """How many pilot batches of ``columns`` pilots make a window of ``window`` samples
+    (rounded up; None: unlimited)."""
+    return None if window is None else -(-window // columns)

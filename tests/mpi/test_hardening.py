@@ -128,7 +128,7 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         (run + [_config(tmp, "apart", _graph(tmp, "g_apart", [0, 1], []), 2)], "connected"),
         (
             run + [_config(tmp, "size", _graph(tmp, "g_size", [0, 1], [[0, 1]]), 2)],
-            "has 2 nodes but the job has 1 ranks",
+            "has 2 nodes but the job has 1 rank;",
         ),
         (run + [_config(tmp, "count", one, 2)], "config lists 2 agents but graph"),
         (
@@ -139,7 +139,7 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         (run + [good, *fm, f"data.root={torn_root}"], "cannot load dataset 'fashionmnist'"),
         (run + [good, "data.dataset=imagenet"], "'data.dataset' must be one of"),
         (run + [good, "output.name=unfinished"], "holds an unfinished run"),
-        (run + ["--resume", str(finished)], "already holds a finished run"),
+        (run + ["--resume", str(finished)], "is a finished run of 1 epoch; to train it longer"),
         (run + ["--resume", str(tmp)], "no config.yaml there"),
         (run + [good, "--resume", str(finished)], "give a CONFIG file or --resume RUN_DIR"),
         (run, "needs a CONFIG file or --resume RUN_DIR"),

@@ -81,6 +81,7 @@ def _pair_files(tmp_path: Path, dims, algorithm):
         (1, [12], "sheaf_frl", ["sheaf.overlap_exchange=true"]),  # nothing to wait for
         (2, [12, 20], "noncoop", []),
         (2, [20, 12], "sheaf_frl", []),
+        (2, [20, 12], "sheaf_frl", ["sheaf.map_refresh=step", "sheaf.window=48"]),  # sliding
     ],
 )
 def test_small_meshes(mpirun, tmp_path, n, dims, algorithm, overrides):
