@@ -103,8 +103,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     run.add_argument(
         "--resume",
         metavar="RUN_DIR",
-        help="continue an interrupted run from its newest complete checkpoint "
-        "(reads RUN_DIR/config.yaml; overrides still apply)",
+        help="continue an interrupted run from its newest complete checkpoint, or train a "
+        "finished one longer (with a greater train.epochs or federated.rounds); reads "
+        "RUN_DIR/config.yaml, overrides still apply",
     )
     run.add_argument(
         "overrides",
@@ -184,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedsheaf: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `fedsheaf sweep ... | head`: the reader has gone; say nothing
+        if args.command == "run":
+            raise  # on one rank of a job: the runtime's abort hook must end every rank
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail
         return 1

@@ -397,6 +397,12 @@ def expand_shorthand(path: list[str | int], text: str) -> list[str | int]:
     return path
 
 
+def override_key(text: str) -> str:
+    """The full dotted key an override sets (``rounds=3`` -> ``federated.rounds``)."""
+    path, _ = parse_override(text)
+    return _key_text(expand_shorthand(path, text))
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``key=value`` overrides to a raw config mapping (in place) and return it."""
     for text in overrides:
@@ -549,8 +555,9 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def check_resume(run_dir: Path, cfg: ExperimentConfig) -> None:
-    """Refuse to resume ``run_dir`` (holding a config.yaml) under a different experiment."""
+def check_resume(run_dir: Path, cfg: ExperimentConfig) -> ExperimentConfig:
+    """Refuse to resume ``run_dir`` (holding a config.yaml) under a different experiment;
+    return the config it was saved with."""
     try:
         saved = build(ExperimentConfig, read_yaml(run_dir / "config.yaml"))
     except ConfigError as exc:
@@ -565,6 +572,7 @@ def check_resume(run_dir: Path, cfg: ExperimentConfig) -> None:
             f"A resumed run may change only {allowed}; start a new run (another "
             "output.name) to change the others"
         )
+    return saved
 
 
 def dump_config(cfg: ExperimentConfig) -> str:

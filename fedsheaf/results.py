@@ -149,6 +149,11 @@ def check_not_foreign(path: str | Path) -> None:
         )
 
 
+#: A finished run's summary while the run is trained longer (``fedsheaf run --resume``
+#: with a greater length); removed once the new summary is written.
+PREVIOUS_SUMMARY = "summary.prev.json"
+
+
 class RunDir:
     """The directory one run writes into (only rank 0 creates one)."""
 
@@ -167,7 +172,7 @@ class RunDir:
                 "; choose another output.dir"
             ) from None
         if overwrite:
-            for name in ("metrics.jsonl", "summary.json"):
+            for name in ("metrics.jsonl", "summary.json", PREVIOUS_SUMMARY):
                 (self.path / name).unlink(missing_ok=True)
 
     @property
@@ -186,6 +191,7 @@ class RunDir:
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_json(self.path / "summary.json", summary)
+        (self.path / PREVIOUS_SUMMARY).unlink(missing_ok=True)  # a shorter run's, now replaced
 
 
 def read_json_object(path: str | Path) -> dict[str, Any]:

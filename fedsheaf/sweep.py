@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from fedsheaf.config import HUB_BASED, load_config, read_yaml
+from fedsheaf.config import HUB_BASED, load_config, override_key, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.hostinfo import failed_to_start, local_launcher
 from fedsheaf.results import atomic_write_json, atomic_write_text
@@ -188,7 +188,7 @@ def expand(
 def _check_not_owned(overrides: list[str], owned: dict[str, str], where: str) -> None:
     """Refuse an override of a key the sweep sets for each run (the sweep's would win)."""
     for item in overrides:
-        key = item.split("=", 1)[0].strip()
+        key = override_key(item)
         why = owned.get(key) or (owned["output."] if key.startswith("output.") else None)
         if why:
             raise ConfigError(f"{where}: {key} is set by the sweep for each run; {why}")
@@ -211,7 +211,8 @@ def _expand(path: Path, extra: list[str], scratch: Path | None, output: str | Pa
     common = study_set + extra
     owned = {
         "seed": "list the seeds under the study's 'seeds'",
-        "output.": "choose the sweep directory with the study's 'output' or --out DIR",
+        "output.": "choose the sweep directory with the study's 'output' or --out DIR "
+        "(and rerun finished runs with --local --force)",
     }
 
     axis = raw["axis"]
@@ -223,7 +224,8 @@ def _expand(path: Path, extra: list[str], scratch: Path | None, output: str | Pa
         raise ConfigError(f"{where}: the axis needs exactly one of 'key' or 'preset'")
     axis_name = str(axis.get("name") or axis.get("key") or axis.get("preset"))
     if "key" in axis:
-        owned[str(axis["key"])] = "it is the study's axis (list its values under 'axis')"
+        axis_key = override_key(f"{axis['key']}=0")
+        owned[axis_key] = "it is the study's axis (list its values under 'axis')"
     _check_not_owned(study_set, owned, f"{where}: 'set'")
     _check_not_owned(extra, owned, "--set")
 
@@ -250,7 +252,7 @@ def _expand(path: Path, extra: list[str], scratch: Path | None, output: str | Pa
             grid_keys += [k for k in keys if k not in grid_keys]
             points = list(itertools.product(*(_list(grid[k], f"{mname} grid {k}") for k in keys)))
             m_over = _as_overrides(m.get("set"), f"{where}: method {mname} 'set'")
-            in_grid = {k: f"it is a grid key of method {mname}" for k in keys}
+            in_grid = {override_key(f"{k}=0"): f"it is a grid key of method {mname}" for k in keys}
             _check_not_owned(m_over, {**owned, **in_grid}, f"{where}: method {mname} 'set'")
             for point, seed in itertools.product(points, seeds):
                 gp = dict(zip(keys, point, strict=True))

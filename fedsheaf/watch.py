@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from fedsheaf.config import SERVER_BASED, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import read_json_object
-from fedsheaf.units import human_bytes
+from fedsheaf.units import count, human_bytes
 
 
 class MetricsTail:
@@ -198,8 +198,8 @@ def watch(
             print(finished_line(summary), file=out, flush=True)
             return 0
         if once:
-            unit = "rounds" if _family(cfg) == "server" else "epochs"
-            state = f"{seen} {unit} so far" if seen else f"no {unit} recorded yet"
+            unit = "round" if _family(cfg) == "server" else "epoch"
+            state = f"{count(seen, unit)} so far" if seen else f"no {unit}s recorded yet"
             print(f"running: {state}{_since_last(run_dir)}", file=out, flush=True)
             return 0
         time.sleep(interval)

@@ -20,7 +20,7 @@ from fedsheaf.config import (
 )
 from fedsheaf.errors import ConfigError, FedsheafError
 from fedsheaf.progress import Recorder, agent_table
-from fedsheaf.results import RunDir, check_not_foreign
+from fedsheaf.results import PREVIOUS_SUMMARY, RunDir, check_not_foreign
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import World, init_world
 from fedsheaf.units import count
@@ -121,9 +121,9 @@ def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
     if not cfg.checkpoint.resume:
         checkpoint.check_fresh_start(path, cfg.output.overwrite)
     elif (path / "config.yaml").is_file():
-        check_resume(path, cfg)
+        saved = check_resume(path, cfg)
         if (path / "summary.json").exists():
-            extend_finished(path, cfg)
+            extend_finished(path, saved, cfg)
     return RunDir(path, cfg.output.overwrite)
 
 
@@ -134,16 +134,19 @@ def run_length(cfg: ExperimentConfig) -> tuple[int, str, str]:
     return cfg.federated.rounds, "round", "federated.rounds"
 
 
-def extend_finished(path: Path, cfg: ExperimentConfig) -> None:
-    """Rank 0, resuming the finished run in ``path``: train it longer, or refuse.
+def extend_finished(path: Path, saved: ExperimentConfig, cfg: ExperimentConfig) -> None:
+    """Rank 0, resuming the finished run in ``path`` (saved with ``saved``) under ``cfg``:
+    train it longer, or refuse.
 
-    A finished run continues only to a greater length; its summary is removed (the
-    last record of ``metrics.jsonl`` keeps its numbers) and written again at the new end.
-    Training from the last checkpoint on is that of a run asked for the greater length
-    from the start; the metrics differ only where the shorter run evaluated its last
-    epochs (rounds), which it always does.
+    A finished run continues only to a greater length, and only from a checkpoint (else
+    it would silently train again from the start). Its summary is set aside as
+    ``summary.prev.json`` until the new one is written at the new end; if the extension
+    fails, the run is an interrupted one of the greater length. Training from the last
+    checkpoint on is that of a run asked for the greater length from the start wherever
+    evaluation leaves the training state alone (the strict variant with
+    ``map_refresh: step`` refits its maps before evaluating); the metrics differ only where
+    the shorter run evaluated its last epoch (round), which it always does.
     """
-    saved = load_config(path / "config.yaml")
     done, unit, key = run_length(saved)
     wanted = run_length(cfg)[0]
     if wanted <= done:
@@ -151,9 +154,17 @@ def extend_finished(path: Path, cfg: ExperimentConfig) -> None:
             f"{path} is a finished run of {count(done, unit)}; to train it longer, resume it "
             f"with {key} greater than {done}"
         )
-    (path / "summary.json").unlink()
+    if not (checkpoint.checkpoints_dir(path) / checkpoint.MANIFEST).is_file():
+        raise ConfigError(
+            f"{path} is a finished run with no checkpoint to continue from (it ran with "
+            f"checkpoint.every={saved.checkpoint.every}); run it again with {key}={wanted} "
+            "and output.overwrite=true"
+        )
+    (path / "summary.json").replace(path / PREVIOUS_SUMMARY)
     print(
-        f"fedsheaf: extending the finished run {path} from {done} to {wanted} {unit}s", flush=True
+        f"fedsheaf: extending the finished run {path} from {done} to {wanted} {unit}s "
+        f"(its summary kept as {PREVIOUS_SUMMARY} until the new end)",
+        flush=True,
     )
 
 

@@ -372,8 +372,8 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         else "static placement"
     )
     world.log(
-        f"fedsheaf: {cfg.algorithm} '{cfg.name}': {fc.clients} clients on {star.n_workers} "
-        f"worker rank{'s' if star.n_workers > 1 else ''} (up to {per_rank} per rank), "
+        f"fedsheaf: {cfg.algorithm} '{cfg.name}': {fc.clients} clients on "
+        f"{count(star.n_workers, 'worker rank')} (up to {per_rank} per rank), "
         f"{placed}, "
         f"{task.describe()}, "
         f"{n_selected(fc.clients, fc.fraction)} clients per round, {count(fc.rounds, 'round')}; "

@@ -20,6 +20,15 @@ def _run(tmp: Path, *args: str, cwd: Path | None = None):
     return run_mpi(4, ["-m", "fedsheaf", "run", *args], cwd=cwd, timeout=240)
 
 
+def _restricted(record, like):
+    """``record`` with only the keys ``like`` has, at every level (lists entry by entry)."""
+    if isinstance(like, dict):
+        return {k: _restricted(record[k], v) for k, v in like.items()}
+    if isinstance(like, list) and len(like) == len(record):
+        return [_restricted(r, v) for r, v in zip(record, like, strict=True)]
+    return record
+
+
 def _one_error(proc) -> str:
     assert proc.returncode == 2, proc.stderr
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("fedsheaf:")]
@@ -43,6 +52,12 @@ def test_resume_guards_and_fallback(tmp_path):
         assert f"{cut} is a finished run of 3 epochs; to train it longer, resume it" in line
         assert "train.epochs greater than 3" in line and "overwrite" not in line
     assert (cut / "summary.json").is_file()
+    nock = tmp_path / "nock"  # the same finished run without checkpoints
+    shutil.copytree(cut, nock, ignore=shutil.ignore_patterns("checkpoints"))
+    line = _one_error(_run(tmp_path, "--resume", str(nock), "train.epochs=4"))
+    assert f"{nock} is a finished run with no checkpoint to continue from" in line
+    assert "train.epochs=4 and output.overwrite=true" in line
+    assert (nock / "summary.json").is_file()
     away = tmp_path / "elsewhere"
     away.mkdir()
     line = _one_error(_run(tmp_path, "--resume", str(cut), "train.epochs=4", cwd=away))
@@ -61,6 +76,7 @@ def test_resume_guards_and_fallback(tmp_path):
     assert untimed(resumed) == untimed(reference)
     summaries = [json.loads((d / "summary.json").read_text()) for d in (cut, tmp_path / "ref")]
     assert untimed(summaries[0]) == untimed(summaries[1])
+    assert not (cut / "summary.prev.json").exists()  # set aside during the extension only
 
     # every checkpoint damaged: an error, not a silent restart
     again = tmp_path / "again"
@@ -75,3 +91,23 @@ def test_resume_guards_and_fallback(tmp_path):
     (cut / "summary.json").unlink()  # as if stopped after its epoch-4 checkpoint
     line = _one_error(_run(tmp_path, "--resume", str(cut), "train.epochs=3"))
     assert "checkpointed after epoch 4, past the 3 epochs" in line
+
+
+def test_a_run_trained_longer_differs_only_in_its_extra_evaluation(tmp_path):
+    """Evaluated every 2 epochs, a run of 3 still evaluates its last epoch; trained on to 4
+    it equals a run of 4 everywhere else."""
+    quick, out = "configs/quickstart.yaml", f"output.dir={tmp_path}"
+    common = [quick, out, "train.eval_every=2", *COMMON]
+    for name, epochs in (("short", 3), ("long", 4)):
+        proc = _run(tmp_path, *common, f"output.name={name}", f"train.epochs={epochs}")
+        assert proc.returncode == 0, proc.stderr
+    short, long = tmp_path / "short", tmp_path / "long"
+    proc = _run(tmp_path, "--resume", str(short), "train.epochs=4")
+    assert proc.returncode == 0, proc.stderr
+    extended, reference = (untimed(read_metrics(d / "metrics.jsonl")) for d in (short, long))
+    assert [r["epoch"] for r in extended] == [1, 2, 3, 4]
+    assert "private_acc" in extended[2] and "private_acc" not in reference[2]
+    for ext, ref in zip(extended, reference, strict=True):
+        assert _restricted(ext, ref) == ref
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (short, long)]
+    assert untimed(summaries[0]) == untimed(summaries[1])

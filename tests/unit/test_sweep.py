@@ -244,6 +244,9 @@ def test_keys_the_sweep_sets_per_run_cannot_be_overridden(tmp_path, capsys):
         ("output.dir=/elsewhere", "--set: output.dir is set by the sweep for each run; choose "
          "the sweep directory with the study's 'output' or --out DIR"),
         ("output.name=x", "--set: output.name is set by the sweep"),
+        ("dir=/elsewhere", "--set: output.dir is set by the sweep"),  # shorthand keys too
+        ("overwrite=true", "--set: output.overwrite is set by the sweep"),
+        ("shift=0.2", "--set: data.shift is set by the sweep for each run; it is the study's"),
         ("seed=3", "--set: seed is set by the sweep for each run; list the seeds under"),
         ("data.shift=0.2", "--set: data.shift is set by the sweep for each run; it is the "
          "study's axis"),

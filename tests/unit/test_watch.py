@@ -146,12 +146,26 @@ def test_help_shows_the_interval_default(capsys):
     assert "seconds between polls (default: 5.0)" in capsys.readouterr().out
 
 
+class StartsTheJob(io.StringIO):
+    """Output that starts the (stand-in) job once watch says it is waiting for it."""
+
+    def __init__(self, start) -> None:
+        super().__init__()
+        self.start = start
+
+    def write(self, text: str) -> int:
+        if text.startswith("waiting for"):
+            self.start()
+        return super().write(text)
+
+
 def test_follow_mode_waits_for_a_job_that_has_not_started(tmp_path):
     path = tmp_path / "run"
-    threading.Timer(0.2, lambda: make_decentralized(tmp_path, "run", epochs=1)).start()
-    out = _watch(path, interval=0.02)
-    assert out[0] == f"waiting for {path} (the job creates it when it starts)"
-    assert out[2].startswith("epoch 1/1") and out[-1].startswith("finished in")
+    out = StartsTheJob(lambda: make_decentralized(tmp_path, "run", epochs=1))
+    assert watch(path, interval=0.02, out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0] == f"waiting for {path} (the job creates it when it starts)"
+    assert lines[2].startswith("epoch 1/1") and lines[-1].startswith("finished in")
 
 
 def test_a_stalled_run_says_when_it_last_wrote(tmp_path):
