@@ -404,12 +404,19 @@ DEFAULT_LAUNCHER = "mpiexec -n {n}"
 
 
 def emit(study: Study, path: Path, launcher: str = DEFAULT_LAUNCHER) -> Path:
-    """Write one command line per run (line k = SLURM array task k)."""
+    """Write one command line per run (line k = SLURM array task k).
+
+    Every line resumes its run (``checkpoint.resume=true``): run again (a requeued or
+    resubmitted task) it continues an interrupted run, leaves a finished one alone
+    (exit 0), and starts a run that has no checkpoint yet.
+    """
     try:
         prefix = shlex.split(launcher)
     except ValueError as exc:
         raise ConfigError(f"--launcher {launcher!r} cannot be split into words: {exc}") from None
-    lines = [shlex.join(r.argv(prefix, ["fedsheaf"])) for r in study.runs]
+    lines = [
+        shlex.join([*r.argv(prefix, ["fedsheaf"]), "checkpoint.resume=true"]) for r in study.runs
+    ]
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
 

@@ -16,6 +16,7 @@ from fedsheaf.config import (
     check_resume,
     dump_config,
     load_config,
+    resume_changes,
     resume_config,
 )
 from fedsheaf.errors import ConfigError, FedsheafError
@@ -274,10 +275,33 @@ def run_config(
     return load_config(config_path, overrides)
 
 
+def finished_note(cfg: ExperimentConfig) -> str | None:
+    """Rank 0: what to say instead of running, when ``cfg`` resumes a run that has already
+    finished at its length (a requeued batch job, a job-array line run again)."""
+    path = Path(cfg.output.dir) / cfg.run_name()
+    if not (cfg.checkpoint.resume and (path / "summary.json").is_file()):
+        return None
+    try:
+        saved = load_config(path / "config.yaml")
+    except ConfigError:
+        return None  # open_run_dir says what is wrong
+    done, unit, key = run_length(saved)
+    if resume_changes(saved, cfg) or run_length(cfg)[0] != done:
+        return None  # another experiment, or another length: open_run_dir decides
+    return (
+        f"fedsheaf: {path} has already finished its {count(done, unit)}; nothing to do "
+        f"(to train it longer, resume it with {key} greater than {done})"
+    )
+
+
 def main(config_path: str | None, overrides: list[str], resume_dir: str | None = None) -> int:
     """Entry point of ``fedsheaf run`` on every rank (``resume_dir``: ``--resume RUN_DIR``)."""
     world = init_world()
     cfg = world.agree(lambda: run_config(config_path, overrides, resume_dir))
+    note = world.bcast(world.agree(lambda: finished_note(cfg) if world.is_root else None))
+    if note is not None:
+        world.log(note)
+        return 0
     if cfg.train.device != "auto":
         from fedsheaf.runtime.world import choose_device
 

@@ -139,7 +139,7 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         (run + [good, *fm, f"data.root={torn_root}"], "cannot load dataset 'fashionmnist'"),
         (run + [good, "data.dataset=imagenet"], "'data.dataset' must be one of"),
         (run + [good, "output.name=unfinished"], "holds an unfinished run"),
-        (run + ["--resume", str(finished)], "is a finished run of 1 epoch; to train it longer"),
+        (run + ["--resume", str(finished), "train.epochs=2"], "with no checkpoint to continue"),
         (run + ["--resume", str(tmp)], "no config.yaml there"),
         (run + [good, "--resume", str(finished)], "give a CONFIG file or --resume RUN_DIR"),
         (run, "needs a CONFIG file or --resume RUN_DIR"),

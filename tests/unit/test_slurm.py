@@ -36,8 +36,8 @@ def fake_srun(tmp_path: Path):
             PATH=f"{bin_dir}:{os.environ['PATH']}",
             FAKE_SRUN_LOG=str(log),
             SLURM_SUBMIT_DIR=str(REPO),
-            **env,
         )
+        full.update(env)
         log.unlink(missing_ok=True)
         proc = subprocess.run(
             ["bash", str(SLURM / script), *args],
@@ -199,3 +199,35 @@ def test_study15_with_mps_wraps_srun_in_a_daemon(fake_srun, tmp_path):
     proc, _ = fake_srun("study15.sbatch")  # default: no daemon
     assert "mps=false" in proc.stdout
     assert "CUDA_MPS_PIPE_DIRECTORY=\n" in fake_srun.log.with_name("srun.log.env").read_text()
+
+
+def test_fedrep_script_takes_seed_and_algorithm_from_its_environment(fake_srun):
+    proc, argv = fake_srun("fedrep_100clients.sbatch", SEED="3", SLURM_NTASKS="101")
+    assert proc.returncode == 0, proc.stderr
+    assert "seed=3" in argv and "output.name=fedrep_cifar10_100c2-fedrep-seed3" in argv
+    for arg in ("seed=3", "algorithm=fedavg", "output.name=x"):  # would misname the run
+        proc, argv = fake_srun("fedrep_100clients.sbatch", arg, SLURM_NTASKS="101")
+        assert proc.returncode == 2 and argv == [] and f"'{arg}' would contradict" in proc.stderr
+    proc, argv = fake_srun("fedrep_100clients.sbatch", CONFIG="configs/missing.yaml")
+    assert proc.returncode == 2 and "configs/missing.yaml not found" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "script", ["study15.sbatch", "sweep_array.sbatch", "fedrep_100clients.sbatch"]
+)
+def test_scripts_keep_their_log_when_requeued_and_need_fedsheaf(fake_srun, tmp_path, script):
+    text = (SLURM / script).read_text()
+    assert "#SBATCH --requeue\n" in text and "#SBATCH --open-mode=append\n" in text
+    elsewhere = tmp_path / "elsewhere"  # no .venv there, and a python without fedsheaf
+    elsewhere.mkdir()
+    shim = tmp_path / "bin" / "python"
+    shim.write_text("#!/bin/sh\nexit 1\n")
+    shim.chmod(0o755)
+    runs = _run_list(tmp_path, ["fedsheaf run configs/pair.yaml"])
+    args = [str(runs)] if script == "sweep_array.sbatch" else []
+    (elsewhere / "configs").mkdir()
+    for config in ("mnist15.yaml", "fedrep_cifar10_100c2.yaml"):
+        (elsewhere / "configs" / config).write_text("name: x\n")
+    proc, argv = fake_srun(script, *args, SLURM_SUBMIT_DIR=str(elsewhere), SLURM_ARRAY_TASK_ID="1")
+    assert proc.returncode == 2 and argv == [], proc.stderr
+    assert "cannot import fedsheaf" in proc.stderr

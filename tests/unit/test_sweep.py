@@ -139,6 +139,7 @@ def test_emit_and_manifest(tmp_path):
     first = shlex.split(lines[0])
     assert first[:5] == ["srun", "-n", "15", "fedsheaf", "run"]
     assert f"output.name={study.runs[0].name}" in first
+    assert all(shlex.split(ln)[-1] == "checkpoint.resume=true" for ln in lines)  # rerunnable
 
 
 def test_cli_dry_run_prints_the_plan(tmp_path, capsys):
