@@ -42,6 +42,9 @@ class Recorder:
             "seconds": max(r["seconds"] for r in records),
             "bytes_sent": sum(r["bytes_sent"] for r in records),
         }
+        for key in ("server_bytes_sent", "server_bytes_received"):  # centralized baselines
+            if key in records[0]:
+                line[key] = sum(r[key] for r in records)
         evaluated = "private_acc" in records[0]
         if evaluated:
             line.update(network_summary(records))
@@ -54,6 +57,10 @@ class Recorder:
             f"epoch {line['epoch']:>3}/{self.epochs}  loss {line['loss']:.4f}  "
             f"{line['seconds']:.1f}s  sent {human_bytes(line['bytes_sent'], compact=True)}"
         )
+        if "server_bytes_sent" in line:
+            up = human_bytes(line["server_bytes_sent"], compact=True)
+            down = human_bytes(line["server_bytes_received"], compact=True)
+            msg += f" (server: up {up}, down {down})"
         if evaluated:
             self.last = line
             msg += (

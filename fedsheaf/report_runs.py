@@ -102,10 +102,15 @@ def _with_acc(records: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 
 
 def step_bytes(run: RunInfo, record: dict[str, Any]) -> int:
-    """Bytes one epoch/round moved: sent (incl. evaluation) or up + down."""
+    """Bytes one epoch/round moved: sent (incl. evaluation; plus up + down to a server
+    for the centralized baselines), or up + down for the server-based family."""
     if run.family == "server":
         return int(record.get("bytes_up") or 0) + int(record.get("bytes_down") or 0)
-    return int(record.get("bytes_sent") or 0) + int(record.get("eval_bytes_sent") or 0)
+    graph = int(record.get("bytes_sent") or 0) + int(record.get("eval_bytes_sent") or 0)
+    server = int(record.get("server_bytes_sent") or 0) + int(
+        record.get("server_bytes_received") or 0
+    )
+    return graph + server  # the server's line: FedProto and FedMuscle
 
 
 def final_metrics(run: RunInfo) -> dict[str, Any]:

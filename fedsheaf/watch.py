@@ -112,6 +112,12 @@ def format_record(rec: dict[str, Any], cfg: dict[str, Any]) -> str | None:
         cells.append(f"{rec['seconds']:.2f} s")
     if "bytes_sent" in rec:
         cells.append(f"sent {human_bytes(rec['bytes_sent'])}")
+    if "server_bytes_sent" in rec:
+        up, down = (
+            human_bytes(rec["server_bytes_sent"]),
+            human_bytes(rec.get("server_bytes_received")),
+        )
+        cells.append(f"server up {up} down {down}")
     if "bytes_up" in rec:
         cells.append(f"up {human_bytes(rec['bytes_up'])} down {human_bytes(rec.get('bytes_down'))}")
     return "  ".join(cells)

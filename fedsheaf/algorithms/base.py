@@ -312,6 +312,11 @@ class DecentralizedAlgorithm:
             record[f"comm_by_neighbour{split}"] = comm
         return record
 
+    def other_traffic(self) -> dict[str, int]:
+        """Bytes this agent moved in the epoch besides its graph neighbourhood (a server's
+        line, for the centralized baselines), by record key."""
+        return {}
+
     def run(self, first_epoch: int = 0, after_epoch: Callable[[int], None] | None = None) -> None:
         """Train from epoch ``first_epoch + 1`` on; ``after_epoch(n)`` runs after epoch ``n``."""
         epochs, every = self.cfg.train.epochs, self.cfg.train.eval_every
@@ -321,11 +326,12 @@ class DecentralizedAlgorithm:
             self.end_epoch(epoch)
             seconds = time.perf_counter() - start
             sent = sum(self.nbr.take_round_bytes().values())
+            other = self.other_traffic()
             record: dict[str, Any] = {"agent": self.agent.id}
             if (epoch + 1) % every == 0 or epoch + 1 == epochs:
                 record = self.evaluate()
                 record["eval_bytes_sent"] = sum(self.nbr.take_round_bytes().values())
-            record.update(epoch=epoch + 1, loss=loss, seconds=seconds, bytes_sent=sent)
+            record.update(epoch=epoch + 1, loss=loss, seconds=seconds, bytes_sent=sent, **other)
             self.reporter.epoch(record)
             if after_epoch is not None:
                 after_epoch(epoch + 1)

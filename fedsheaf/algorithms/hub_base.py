@@ -56,23 +56,14 @@ class HubAgent(NonCooperative):
     ) -> None:
         super().__init__(agent, nbr, reporter)
         self.hub, self.ctx = hub, ctx
-        self.hub_bytes = 0  # bytes sent to the server so far
 
-    def _count_hub_bytes(self) -> int:
-        self.hub_bytes += sum(v for k, v in self.hub.take_bytes().items() if k.endswith("_sent"))
-        return self.hub_bytes
-
-    def evaluate(self) -> dict[str, Any]:
-        record = super().evaluate()
-        record["server_bytes_sent"] = self._count_hub_bytes()
-        return record
-
-    def extra_state(self) -> dict[str, Any]:
-        return {**super().extra_state(), "hub_bytes": self._count_hub_bytes()}
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        super().load_extra_state(state)
-        self.hub_bytes = int(state["hub_bytes"])
+    def other_traffic(self) -> dict[str, int]:
+        """The epoch's traffic with the server: sent up and received down."""
+        moved = self.hub.take_bytes()
+        return {
+            "server_bytes_sent": sum(v for k, v in moved.items() if k.endswith("_sent")),
+            "server_bytes_received": sum(v for k, v in moved.items() if k.endswith("_received")),
+        }
 
 
 class HubServer:

@@ -101,6 +101,9 @@ def run_decentralized(
         agents=final["agents"],
         bytes_sent_total=sum(r["bytes_sent"] for r in recorder.history),
     )
+    for key in ("server_bytes_sent", "server_bytes_received"):  # the centralized baselines
+        if key in final:
+            summary[f"{key}_total"] = sum(r.get(key, 0) for r in recorder.history)
     extras = algo.summary_extras(final["agents"])  # e.g. Sheaf-FMTL's map memory
     summary.update(extras)
     run_dir.write_summary(summary)

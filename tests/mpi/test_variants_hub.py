@@ -120,12 +120,22 @@ def test_fedproto_and_fedmuscle_with_a_server_rank_and_resume(tmp_path):
     assert "error (rank 1): agent 0: checkpoint does not fit" in proc.stderr  # world rank
     assert "Traceback" not in proc.stderr
     assert checkpoint.latest(fedproto, 4).epoch == EPOCHS  # left as it was
-    # per agent: class sums + counts (C x (D+1) float32) once per epoch
-    assert all(
-        a["server_bytes_sent"] == EPOCHS * CLASSES * (D + 1) * 4 for a in res["fedproto"]["agents"]
-    )
-    # FedMuscle: epochs 1 and 3 are task-only, epoch 2 aligns: K x D pilot latents per step
-    assert all(a["server_bytes_sent"] == STEPS * K * D * 4 for a in res["fedmuscle"]["agents"])
+    # traffic with the server, per agent and epoch: FedProto sends its class sums + counts
+    # (C x (D+1) float32); FedMuscle's epochs 1 and 3 are task-only, epoch 2 aligns and
+    # sends K x D pilot latents per step
+    for name, up in (
+        ("fedproto", [CLASSES * (D + 1) * 4] * EPOCHS),
+        ("fedmuscle", [0, STEPS * K * D * 4, 0]),
+    ):
+        records = read_metrics(tmp_path / "runs" / name / "metrics.jsonl")
+        for rec, sent in zip(records, up, strict=True):
+            assert [a["server_bytes_sent"] for a in rec["agents"]] == [sent] * 3
+            assert rec["server_bytes_sent"] == 3 * sent
+            assert (rec["server_bytes_received"] > 0) == (sent > 0)  # an answer to each upload
+        assert res[name]["server_bytes_sent_total"] == 3 * sum(up)
+        assert res[name]["server_bytes_received_total"] == sum(
+            r["server_bytes_received"] for r in records
+        )
 
 
 def test_a_job_without_the_server_rank_is_refused(tmp_path):

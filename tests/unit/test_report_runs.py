@@ -273,3 +273,17 @@ def test_cli_server_runs_only_and_errors(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="no run directories"):
         find_runs([tmp_path / "empty"])
+
+
+def test_the_centralized_baselines_count_their_server_line(tmp_path):
+    from fedsheaf.report_runs import RunInfo, step_bytes
+    from fedsheaf.watch import format_record
+
+    rec = {"epoch": 2, "loss": 0.5, "bytes_sent": 1000, "eval_bytes_sent": 200}
+    rec.update(server_bytes_sent=3000, server_bytes_received=4000)
+    cfg = {"algorithm": "fedproto", "train": {"epochs": 3}}
+    assert step_bytes(RunInfo(tmp_path, cfg, [rec], None), rec) == 8200
+    line = format_record(rec, cfg)
+    assert line is not None and "sent 1.00 kB  server up 3.00 kB down 4.00 kB" in line
+    plain = {k: rec[k] for k in ("epoch", "loss", "bytes_sent")}
+    assert step_bytes(RunInfo(tmp_path, {"algorithm": "sheaf_frl"}, [plain], None), plain) == 1000
