@@ -120,9 +120,11 @@ def collect(paths: list[str | Path]) -> list[RunRecord]:
             raise ConfigError(f"no such run or study directory: {r}")
     manifests = _manifests(roots)
     found = {s.parent.resolve() for r in roots for s in r.rglob("summary.json")}
-    records = []
+    records: list[RunRecord] = []
+    datasets: set[str] = set()
     for d in outermost_runs({d for d in found if (d / "config.yaml").is_file()}):
         cfg = read_yaml(d / "config.yaml")
+        datasets.add(str(_get(cfg, "data.dataset")))
         summary = read_json_object(d / "summary.json")
         entry, _ = manifests.get(d, (None, []))
         method = entry["method"] if entry else default_method(cfg)
@@ -146,6 +148,13 @@ def collect(paths: list[str | Path]) -> list[RunRecord]:
         where = ", ".join(map(str, paths))
         raise ConfigError(f"no finished runs (summary.json + config.yaml) under {where}")
     warn_repeated_seeds(records)
+    if len(datasets) > 1:
+        print(
+            f"report: warning: the runs use {len(datasets)} datasets "
+            f"({', '.join(sorted(datasets))}); "
+            "the comparison averages a method's runs across them: report each dataset's runs "
+            "on their own"
+        )
     return records
 
 

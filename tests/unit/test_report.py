@@ -174,3 +174,14 @@ def test_nested_runs_are_skipped_and_repeated_seeds_are_said(tmp_path, capsys):
     assert out.count("warning") == 1
     assert "2 sheaf_frl runs with the same setting and seed 1 are averaged as if" in out
     assert str(root.resolve() / "b") in out and "/c" not in out.split("warning")[1]
+
+
+def test_runs_on_several_datasets_are_a_warning(tmp_path, capsys):
+    root = tmp_path / "runs"
+    _run(root, "a", ["seed=1"], _summary(0.7, 0.8, 0.5))
+    collect([root])
+    assert "datasets" not in capsys.readouterr().out
+    _run(root, "b", ["seed=2", "data.dataset=fashionmnist"], _summary(0.7, 0.8, 0.5))
+    collect([root])
+    out = capsys.readouterr().out
+    assert "report: warning: the runs use 2 datasets (fashionmnist, mnist); the comparison" in out
