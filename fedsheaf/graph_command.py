@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import yaml
+
 from fedsheaf import graphs, presets
 from fedsheaf.errors import ConfigError, GraphError
 from fedsheaf.units import count
@@ -163,13 +165,30 @@ def build_from_args(args: argparse.Namespace) -> tuple[graphs.Graph, str]:
     return graph, " ".join(cmd)
 
 
+def _holds_other_yaml(path: Path) -> bool:
+    """Whether ``path`` is a readable YAML mapping without a graph's ``nodes`` (a run
+    config, say), which ``graph build --force`` must not replace."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(raw, dict) and "nodes" not in raw
+
+
 def _build(args: argparse.Namespace) -> int:
     graph, cmd = build_from_args(args)
     out = Path(args.out) if args.out else Path("graphs") / f"{graph.name}.yaml"
+    if out.is_dir():
+        raise GraphError(f"--out {out} is a directory; give the graph file's name")
     if out.exists():
+        if _holds_other_yaml(out):
+            raise GraphError(
+                f"{out} exists and holds YAML that is not a graph (no 'nodes'); --force does "
+                "not overwrite it: choose another --out"
+            )
         try:
             same = graphs.load_graph(out) == graph
-        except GraphError:
+        except GraphError:  # a damaged graph file: --force may replace it
             same = False
         if same:
             print(f"{out} already holds this graph; left unchanged")

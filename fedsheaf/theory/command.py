@@ -174,6 +174,11 @@ _LINEAR_ARGS = {
 
 def configure_linear(parser: argparse.ArgumentParser) -> None:
     """Add the ``fedsheaf fedrep-linear`` arguments (defaults: :class:`LinearSettings`)."""
+    parser.description = (
+        "FedRep against FedAvg on the linear low-rank model of seed 003 (y = xᵀ B* w*_i + "
+        "noise): the distance of the learned representation to B* round by round and the "
+        "final test MSE, printed and written (JSON + PNG) under --out."
+    )
     defaults = LinearSettings()
     for name, (kind, text) in _LINEAR_ARGS.items():
         default = getattr(defaults, name)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from fedsheaf.errors import ConfigError
+from fedsheaf.theory.checks import check_int, check_real
 
 __all__ = [
     "LinearSettings",
@@ -83,15 +84,11 @@ class LinearSettings:
 
 
 def _positive_int(name: str, val: Any, lo: int = 1) -> None:
-    if isinstance(val, bool) or not isinstance(val, int | np.integer) or val < lo:
-        raise ConfigError(f"fedrep-linear {name} must be an integer >= {lo}, got {val!r}")
+    check_int(f"fedrep-linear {name}", val, lo)
 
 
 def _real(name: str, val: Any, lo: float, hi: float = np.inf, strict: bool = False) -> None:
-    ok = isinstance(val, int | float | np.floating) and not isinstance(val, bool)
-    ok = ok and bool(np.isfinite(val)) and (val > lo if strict else val >= lo) and val <= hi
-    if not ok:
-        raise ConfigError(f"fedrep-linear {name} must be a number in [{lo:g}, {hi:g}], got {val!r}")
+    check_real(f"fedrep-linear {name}", val, lo, hi, strict)
 
 
 @dataclass(frozen=True, eq=False)

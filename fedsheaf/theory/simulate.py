@@ -23,6 +23,7 @@ import numpy as np
 
 from fedsheaf.errors import ConfigError
 from fedsheaf.theory.bures import barycenter, bw_distance_sq, selected_head
+from fedsheaf.theory.checks import check_int, check_real
 from fedsheaf.theory.local import gd_steps, proximal_solve
 from fedsheaf.theory.psd import rel_err, sym
 from fedsheaf.theory.ufm import (
@@ -90,16 +91,11 @@ class SimSettings:
 
 
 def _check_int(name: str, val: Any, lo: int) -> None:
-    if isinstance(val, bool) or not isinstance(val, int | np.integer) or val < lo:
-        raise ConfigError(f"simulation.{name} must be an integer >= {lo}, got {val!r}")
+    check_int(f"simulation.{name}", val, lo)
 
 
 def _check_real(name: str, val: Any, lo: float, hi: float = np.inf, strict: bool = False) -> None:
-    ok = isinstance(val, int | float | np.floating) and not isinstance(val, bool)
-    ok = ok and np.isfinite(val) and (val > lo if strict else val >= lo) and val <= hi
-    if not ok:
-        rng = f"{'(' if strict else '['}{lo:g}, {hi:g}]"
-        raise ConfigError(f"simulation.{name} must be a real number in {rng}, got {val!r}")
+    check_real(f"simulation.{name}", val, lo, hi, strict)
 
 
 @dataclass(frozen=True, eq=False)

@@ -90,6 +90,11 @@ def test_mpirun_script_flags(tmp_path):
         text=True,
     )
     assert bad.returncode == 2 and "positive integer" in bad.stderr
+    for n in ("0", "007"):  # 0 ranks is not a job; a leading 0 is not a count either
+        zero = subprocess.run(
+            ["bash", str(ROOT / "run" / "mpirun.sh"), n, "true"], env=env, capture_output=True
+        )
+        assert zero.returncode == 2 and b"positive integer" in zero.stderr
 
 
 def test_a_start_failure_is_known_text_before_the_ranks_printed():
