@@ -9,8 +9,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from fedsheaf.hostinfo import failed_to_start, find_mpiexec
+
+# Property tests explore random examples on a developer's machine; under CI they replay a
+# fixed set, so that a landing never depends on the examples drawn that day.
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 REPO = Path(__file__).resolve().parents[1]
 #: The mpiexec `fedsheaf sweep`/`bench` would start (FEDSHEAF_MPIEXEC, beside this Python,
