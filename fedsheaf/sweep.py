@@ -435,7 +435,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         const="",
         metavar="FILE",
         help="write one command per run (default <sweep dir>/commands.txt), e.g. for "
-        "`sed -n ${SLURM_ARRAY_TASK_ID}p commands.txt | bash`",
+        "slurm/sweep_array.sbatch; the manifest study.json and any preset configs go to the "
+        "sweep directory (the study's 'output', or --out DIR)",
     )
     parser.add_argument(
         "--set",
