@@ -141,19 +141,26 @@ def finished_line(summary: dict[str, Any]) -> str:
     return " ".join(cells)
 
 
-def _since_last(run_dir: Path, now: float | None = None) -> str:
+def _quiet_minutes(run_dir: Path) -> float:
+    """Minutes since the run last wrote a record (or its config, before the first)."""
+    for name in ("metrics.jsonl", "config.yaml"):
+        try:
+            return (time.time() - (run_dir / name).stat().st_mtime) / 60
+        except OSError:
+            continue
+    return 0.0
+
+
+def _since_last(run_dir: Path) -> str:
     """``", last record 12 min ago"`` once that is over a minute (a stalled or dead job
     looks like this; a job that is alive writes a record every epoch or round)."""
-    try:
-        age = (time.time() if now is None else now) - (run_dir / "metrics.jsonl").stat().st_mtime
-    except OSError:
+    if not (run_dir / "metrics.jsonl").is_file():
         return ""
-    if age < 60:
+    age = _quiet_minutes(run_dir)
+    if age < 1:
         return ""
     return (
-        f", last record {age / 60:.0f} min ago"
-        if age < 7200
-        else f", last record {age / 3600:.0f} h ago"
+        f", last record {age:.0f} min ago" if age < 120 else f", last record {age / 60:.0f} h ago"
     )
 
 
@@ -169,10 +176,13 @@ def watch(
     interval: float = 5.0,
     once: bool = False,
     out: TextIO | None = None,
+    stall: float = 30.0,
 ) -> int:
     """Print progress of the run in ``run_dir``; return when it has finished (or at once).
 
-    ``once`` prints everything recorded so far plus a status line, then returns.
+    ``once`` prints everything recorded so far plus a status line, then returns. While
+    following, a run that has written no record for ``stall`` minutes gets one line
+    asking whether the job still runs (a job that died leaves no summary).
     """
     out = out if out is not None else sys.stdout
     run_dir = Path(run_dir)
@@ -191,7 +201,7 @@ def watch(
         time.sleep(interval)
         cfg = _read_config(run_dir)
     print(header(cfg, run_dir), file=out, flush=True)
-    tail, seen = MetricsTail(run_dir / "metrics.jsonl"), 0
+    tail, seen, warned = MetricsTail(run_dir / "metrics.jsonl"), 0, False
     while True:
         done = (run_dir / "summary.json").is_file()  # checked first: no record comes after it
         for rec in tail.poll():
@@ -208,6 +218,14 @@ def watch(
             state = f"{count(seen, unit)} so far" if seen else f"no {unit}s recorded yet"
             print(f"running: {state}{_since_last(run_dir)}", file=out, flush=True)
             return 0
+        quiet = _quiet_minutes(run_dir)
+        if quiet >= stall and not warned:
+            print(
+                f"no new record for {quiet:.0f} min: is the job still running? (still watching)",
+                file=out,
+                flush=True,
+            )
+        warned = quiet >= stall
         time.sleep(interval)
 
 
@@ -225,10 +243,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="seconds between polls (default: %(default)s)",
     )
     parser.add_argument("--once", action="store_true", help="print the current state and exit")
+    parser.add_argument(
+        "--stall",
+        type=float,
+        default=30.0,
+        metavar="MIN",
+        help="say so when no record has come for MIN minutes (default: %(default)s)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        return watch(args.run_dir, args.interval, args.once)
+        if args.stall <= 0:
+            raise ConfigError(f"--stall must be positive, got {args.stall}")
+        return watch(args.run_dir, args.interval, args.once, stall=args.stall)
     except KeyboardInterrupt:
         return 130

@@ -176,3 +176,25 @@ def test_a_stalled_run_says_when_it_last_wrote(tmp_path):
     (tmp_path / "file").touch()
     with pytest.raises(ConfigError, match="is not a run directory"):
         watch(tmp_path / "file")
+
+
+def test_following_a_run_that_stopped_writing_says_so_once(tmp_path):
+    path = make_decentralized(tmp_path, "run", epochs=2, finished=False)
+    old = time.time() - 45 * 60
+    os.utime(path / "metrics.jsonl", (old, old))
+
+    def finish():
+        time.sleep(0.2)
+        RunDir(path).write_summary({"wall_seconds": 2.0, "private_acc": 0.9})
+        os.utime(path / "metrics.jsonl", (old, old))  # the summary, not a record, came
+
+    writer = threading.Thread(target=finish)
+    writer.start()
+    try:
+        out = _watch(path, interval=0.02, stall=30)
+    finally:
+        writer.join()
+    stalled = [ln for ln in out if ln.startswith("no new record")]
+    assert stalled == ["no new record for 45 min: is the job still running? (still watching)"]
+    assert out[-1].startswith("finished in")
+    assert cli.main(["watch", str(path), "--stall", "0"]) == 2
