@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import TextIO
 
@@ -25,6 +26,7 @@ def format_keys(rows: list[KeyDoc]) -> str:
 
 def keys(prefix: str = "", out: TextIO | None = None) -> int:
     """Print the keys starting with ``prefix`` (all of them when empty)."""
+    prefix = re.sub(r"\[\d+\]", "[i]", prefix)  # agents[0].lr is listed as agents[i].lr
     rows = [r for r in describe(ExperimentConfig) if r.key.startswith(prefix)]
     if not rows:
         sections = sorted({r.key.split(".")[0].split("[")[0] for r in describe(ExperimentConfig)})

@@ -48,6 +48,9 @@ def test_prefix_filter_and_unknown_prefix():
     assert "    penalty weight λ" in text  # doc lines are indented under their key
     with pytest.raises(ConfigError, match="no config key starts with 'trian'; sections: agents"):
         keys("trian")
+    out = io.StringIO()
+    assert keys("agents[2].lr", out) == 0  # written as an override is written
+    assert out.getvalue().startswith("agents[i].lr ")
 
 
 def test_cli_keys(capsys):
