@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from fedsheaf.errors import ConfigError
 from fedsheaf.results import write_atomic
 
-__all__ = ["write_atomic", "write_json_atomic", "save_figure_atomic"]
+__all__ = ["output_folder", "write_atomic", "write_json_atomic", "save_figure_atomic"]
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> Path:
@@ -20,3 +21,13 @@ def write_json_atomic(path: str | Path, obj: Any) -> Path:
 def save_figure_atomic(fig: Any, path: str | Path, **kwargs: Any) -> Path:
     """Save a matplotlib figure atomically as PNG."""
     return write_atomic(path, lambda fh: fig.savefig(fh, format="png", **kwargs))
+
+
+def output_folder(path: str | Path) -> Path:
+    """``--out``, created before any work so that an unusable one fails at once."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out} cannot be created: {exc.strerror or exc}") from None
+    return out

@@ -11,7 +11,7 @@ import dataclasses
 from pathlib import Path
 
 from fedsheaf.errors import ConfigError
-from fedsheaf.theory._io import write_json_atomic
+from fedsheaf.theory._io import output_folder, write_json_atomic
 from fedsheaf.theory._threads import single_blas_thread
 from fedsheaf.theory.fedrep_linear import LinearSettings, run_linear
 from fedsheaf.theory.instances import load_ufm_config
@@ -131,10 +131,10 @@ def run(args: argparse.Namespace) -> int:
                 f"ufm: option --{key.replace('_', '-')} applies only to --mode {mode}, "
                 f"not to mode {settings.mode}"
             )
+    out = output_folder(args.out)
     with single_blas_thread():
         res = simulate(cfg.instance, cfg.W0, settings)
     print(_format_table(res))
-    out = Path(args.out)
     summary = {
         "config": str(cfg.source),
         "instance": cfg.instance.to_dict(),
@@ -193,6 +193,7 @@ def configure_linear(parser: argparse.ArgumentParser) -> None:
 def run_linear_cli(args: argparse.Namespace) -> int:
     """Run FedRep vs FedAvg on the linear model; print a table, write JSON and a PNG."""
     settings = LinearSettings(**{name: getattr(args, name) for name in _LINEAR_ARGS})
+    out = output_folder(args.out)
     with single_blas_thread():
         res = run_linear(settings)
     rep, avg = res["dist_fedrep"], res["dist_fedavg"]
@@ -208,7 +209,6 @@ def run_linear_cli(args: argparse.Namespace) -> int:
         f"final test MSE: FedRep {res['test_mse_fedrep']:.4g}   FedAvg "
         f"{res['test_mse_fedavg']:.4g}   (noise floor {res['noise_floor']:.3g})"
     )
-    out = Path(args.out)
     json_path = write_json_atomic(out / "fedrep_linear.json", res)
     png_path = plot_distance_curves(
         out / "fedrep_linear.png",

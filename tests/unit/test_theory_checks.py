@@ -25,3 +25,12 @@ def test_the_commands_say_so(capsys):
     assert "participation must be a finite number in (0, 1], got 0.0" in capsys.readouterr().err
     assert cli.main(["ufm", "--rho", "inf"]) == 2
     assert "simulation.rho must be a finite number in [0, inf), got inf" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["ufm", "fedrep-linear"])
+def test_an_unusable_out_fails_before_any_work(command, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    assert cli.main([command, "--out", str(tmp_path / "file" / "x")]) == 2
+    captured = capsys.readouterr()
+    assert f"--out {tmp_path / 'file' / 'x'} cannot be created: Not a directory" in captured.err
+    assert captured.out == ""  # nothing was simulated (its table is not printed)
