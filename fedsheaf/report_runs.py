@@ -272,12 +272,20 @@ def plot_learning_curves(runs: list[RunInfo], path: Path) -> Path:
         if "comm_acc" in names and any("comm_acc" in c for c in curves):
             title += " (dashed: comm.)"
         ax.set_xlabel("epoch / round")
+        _whole_steps(ax)
         ax.set_title(title)
         if log and _wide_positive(ax):
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
     _legend(fig, [handles[i] for i in sorted(handles)], [runs[i].name for i in sorted(handles)])
     return save_figure(fig, path, dpi=110)
+
+
+def _whole_steps(ax: Any) -> None:
+    """Epochs and rounds are whole numbers: no ticks at 1.5."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
@@ -294,7 +302,8 @@ def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
             (line,) = ax.plot(xs, ys, marker=".", color=f"C{i % 10}")
             handles.append(line)
             labels.append(run.name)
-    ax.set_xlabel("epoch / round")
+    ax.set_xlabel("epoch / round (a final fine-tuning round is drawn after the last)")
+    _whole_steps(ax)
     ax.set_ylabel("bytes per epoch / round")
     if _wide_positive(ax):
         ax.set_yscale("log")
