@@ -231,3 +231,8 @@ def test_scripts_keep_their_log_when_requeued_and_need_fedsheaf(fake_srun, tmp_p
     proc, argv = fake_srun(script, *args, SLURM_SUBMIT_DIR=str(elsewhere), SLURM_ARRAY_TASK_ID="1")
     assert proc.returncode == 2 and argv == [], proc.stderr
     assert "cannot import fedsheaf" in proc.stderr
+
+
+def test_study15_with_mps_needs_one_node(fake_srun):
+    proc, argv = fake_srun("study15.sbatch", MPS="true", SLURM_JOB_NUM_NODES="2")
+    assert proc.returncode == 2 and argv == [] and "submit with --nodes=1" in proc.stderr
