@@ -166,13 +166,15 @@ def build_from_args(args: argparse.Namespace) -> tuple[graphs.Graph, str]:
 
 
 def _holds_other_yaml(path: Path) -> bool:
-    """Whether ``path`` is a readable YAML mapping without a graph's ``nodes`` (a run
-    config, say), which ``graph build --force`` must not replace."""
+    """Whether ``path`` is a readable YAML mapping that is a run config (its keys, no
+    graph ``nodes``), which ``graph build --force`` must not replace; a damaged graph
+    file may be replaced."""
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return False
-    return isinstance(raw, dict) and "nodes" not in raw
+    config_keys = {"algorithm", "agents", "train", "data", "sheaf", "federated", "graph"}
+    return isinstance(raw, dict) and "nodes" not in raw and bool(config_keys & set(raw))
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -183,8 +185,8 @@ def _build(args: argparse.Namespace) -> int:
     if out.exists():
         if _holds_other_yaml(out):
             raise GraphError(
-                f"{out} exists and holds YAML that is not a graph (no 'nodes'); --force does "
-                "not overwrite it: choose another --out"
+                f"{out} exists and holds a run config, not a graph; --force does not "
+                "overwrite it: choose another --out"
             )
         try:
             same = graphs.load_graph(out) == graph

@@ -302,7 +302,10 @@ def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
             (line,) = ax.plot(xs, ys, marker=".", color=f"C{i % 10}")
             handles.append(line)
             labels.append(run.name)
-    ax.set_xlabel("epoch / round (a final fine-tuning round is drawn after the last)")
+    finals = any(r.get("final") for run in runs for r in run.records)
+    ax.set_xlabel(
+        "epoch / round" + (" (a final fine-tuning round is drawn after the last)" if finals else "")
+    )
     _whole_steps(ax)
     ax.set_ylabel("bytes per epoch / round")
     if _wide_positive(ax):

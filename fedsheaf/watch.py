@@ -254,7 +254,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        if args.stall <= 0:
+        if not args.stall > 0:  # nan too
             raise ConfigError(f"--stall must be positive, got {args.stall}")
         return watch(args.run_dir, args.interval, args.once, stall=args.stall)
     except KeyboardInterrupt:

@@ -102,8 +102,8 @@ def run_decentralized(
         bytes_sent_total=sum(r["bytes_sent"] for r in recorder.history),
     )
     for key in ("server_bytes_sent", "server_bytes_received"):  # the centralized baselines
-        if key in final:
-            summary[f"{key}_total"] = sum(r.get(key, 0) for r in recorder.history)
+        if all(key in r for r in recorder.history):  # not for runs resumed from before it
+            summary[f"{key}_total"] = sum(r[key] for r in recorder.history)
     extras = algo.summary_extras(final["agents"])  # e.g. Sheaf-FMTL's map memory
     summary.update(extras)
     run_dir.write_summary(summary)
@@ -139,11 +139,12 @@ def run_length(cfg: ExperimentConfig) -> tuple[int, str, str]:
 
 
 def extend_finished(path: Path, saved: ExperimentConfig, cfg: ExperimentConfig) -> None:
-    """Rank 0, resuming the finished run in ``path`` (saved with ``saved``) under ``cfg``:
-    train it longer, or refuse.
+    """Rank 0, resuming the finished run in ``path`` (saved with ``saved``) under ``cfg``,
+    which asks for a greater length (:func:`finished_note` ends the others): train it
+    longer, or refuse.
 
-    A finished run continues only to a greater length, and only from a checkpoint (else
-    it would silently train again from the start). Its summary is set aside as
+    A finished run continues only from a checkpoint (else it would silently train again
+    from the start). Its summary is set aside as
     ``summary.prev.json`` until the new one is written at the new end; if the extension
     fails, the run is an interrupted one of the greater length. Training from the last
     checkpoint on is that of a run asked for the greater length from the start wherever
@@ -153,11 +154,6 @@ def extend_finished(path: Path, saved: ExperimentConfig, cfg: ExperimentConfig) 
     """
     done, unit, key = run_length(saved)
     wanted = run_length(cfg)[0]
-    if wanted <= done:
-        raise ConfigError(
-            f"{path} is a finished run of {count(done, unit)}; to train it longer, resume it "
-            f"with {key} greater than {done}"
-        )
     if not (checkpoint.checkpoints_dir(path) / checkpoint.MANIFEST).is_file():
         raise ConfigError(
             f"{path} is a finished run with no checkpoint to continue from (it ran with "
@@ -289,11 +285,13 @@ def finished_note(cfg: ExperimentConfig) -> str | None:
     except ConfigError:
         return None  # open_run_dir says what is wrong
     done, unit, key = run_length(saved)
-    if resume_changes(saved, cfg) or run_length(cfg)[0] != done:
-        return None  # another experiment, or another length: open_run_dir decides
+    wanted = run_length(cfg)[0]
+    if resume_changes(saved, cfg) or wanted > done:
+        return None  # another experiment (open_run_dir says so), or to be trained longer
+    asked = "" if wanted == done else f", more than the {wanted} asked for"
     return (
-        f"fedsheaf: {path} has already finished its {count(done, unit)}; nothing to do "
-        f"(to train it longer, resume it with {key} greater than {done})"
+        f"fedsheaf: {path} has already finished its {count(done, unit)}{asked}; nothing to "
+        f"do (to train it longer, resume it with {key} greater than {done})"
     )
 
 

@@ -156,7 +156,7 @@ def test_an_existing_different_file_is_kept_unless_force(
     assert load_graph(out) == table3_pair_graph(128)
     config = tmp_path / "config.yaml"  # some other YAML file: never replaced
     config.write_text("name: quickstart\nagents: []\n")
-    with pytest.raises(GraphError, match="holds YAML that is not a graph .* choose another --out"):
+    with pytest.raises(GraphError, match="holds a run config, not a graph; .* another --out"):
         cli("build", "pair", "--dim", "128", "--out", str(config), "--force")
     assert config.read_text() == "name: quickstart\nagents: []\n"
     with pytest.raises(GraphError, match="is a directory; give the graph file's name"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -218,10 +219,11 @@ def test_fedrep_script_takes_seed_and_algorithm_from_its_environment(fake_srun):
 def test_scripts_keep_their_log_when_requeued_and_need_fedsheaf(fake_srun, tmp_path, script):
     text = (SLURM / script).read_text()
     assert "#SBATCH --requeue\n" in text and "#SBATCH --open-mode=append\n" in text
-    elsewhere = tmp_path / "elsewhere"  # no .venv there, and a python without fedsheaf
-    elsewhere.mkdir()
+    elsewhere = tmp_path / "elsewhere"  # a checkout without .venv, and a bare python:
+    (elsewhere / "fedsheaf").mkdir(parents=True)  # the checkout's package must not count
+    (elsewhere / "fedsheaf" / "__init__.py").write_text("")
     shim = tmp_path / "bin" / "python"
-    shim.write_text("#!/bin/sh\nexit 1\n")
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')  # -S: no site-packages
     shim.chmod(0o755)
     runs = _run_list(tmp_path, ["fedsheaf run configs/pair.yaml"])
     args = [str(runs)] if script == "sweep_array.sbatch" else []
