@@ -71,7 +71,7 @@ def run_decentralized(
         )
     world.log(
         f"fedsheaf: {cfg.algorithm} '{cfg.name}' on {graph.name} ({graph.n} agents, "
-        f"{len(graph.edges)} edge{'' if len(graph.edges) == 1 else 's'}), {ds.name} "
+        f"{count(len(graph.edges), 'edge')}), {ds.name} "
         f"s={cfg.data.shift}, {count(cfg.train.epochs, 'epoch')} x {count(steps, 'step')}, "
         f"device {world.device}, seed {cfg.seed}"
     )
@@ -144,9 +144,9 @@ def extend_finished(path: Path, saved: ExperimentConfig, cfg: ExperimentConfig) 
     longer, or refuse.
 
     A finished run continues only from a checkpoint (else it would silently train again
-    from the start). Its summary is set aside as
-    ``summary.prev.json`` until the new one is written at the new end; if the extension
-    fails, the run is an interrupted one of the greater length. Training from the last
+    from the start). Its summary is set aside as ``summary.prev.json`` until the new one
+    is written at the new end; if the extension fails, the run is an interrupted one of
+    the greater length. Training from the last
     checkpoint on is that of a run asked for the greater length from the start wherever
     evaluation leaves the training state alone (the strict variant with
     ``map_refresh: step`` refits its maps before evaluating); the metrics differ only where

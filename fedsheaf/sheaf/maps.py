@@ -189,7 +189,8 @@ class PilotWindow:
             )
         with torch.no_grad():
             cross = a_head.detach().to(torch.float64) @ a_tail.detach().to(torch.float64).T
-        prev = self._cross.get(neighbour)
+        recent = self._recent.get(neighbour)
+        prev = self._cross.get(neighbour) if recent is None else recent[-1][0]
         if prev is not None and prev.shape != cross.shape:
             raise ValueError(
                 f"neighbour {neighbour!r}: cross-product shape changed from "
@@ -199,19 +200,23 @@ class PilotWindow:
             self._cross[neighbour] = cross if prev is None else prev + cross
             self._count[neighbour] = self._count.get(neighbour, 0) + a_head.shape[1]
             return
-        recent = self._recent.setdefault(neighbour, deque(maxlen=self.batches))
-        recent.append((cross, a_head.shape[1]))
-        self._cross[neighbour] = _sum_oldest_first([c for c, _ in recent])
-        self._count[neighbour] = sum(n for _, n in recent)
+        # a sliding window keeps its batches; their sum is taken when it is fitted
+        self._recent.setdefault(neighbour, deque(maxlen=self.batches)).append(
+            (cross, a_head.shape[1])
+        )
 
     def samples(self, neighbour: Hashable) -> int:
         """Number of pilots in ``neighbour``'s window."""
+        if self.batches is not None:
+            return sum(n for _, n in self._recent.get(neighbour, ()))
         return self._count.get(neighbour, 0)
 
     def cross(self, neighbour: Hashable) -> Tensor:
         """The window's float64 cross-product (head × tail) for ``neighbour``."""
-        if neighbour not in self._cross:
+        if neighbour not in (self._cross if self.batches is None else self._recent):
             raise KeyError(f"no pilot batches accumulated for neighbour {neighbour!r}")
+        if self.batches is not None:
+            return _sum_oldest_first([c for c, _ in self._recent[neighbour]])
         return self._cross[neighbour]
 
     def fit(self, neighbour: Hashable, dtype: torch.dtype | None = None) -> Tensor:
@@ -241,10 +246,7 @@ class PilotWindow:
                 self._cross[j] = cross.to(torch.float64)
                 self._count[j] = int(count)
                 continue
-            recent = deque(((c.to(torch.float64), int(n)) for c, n in value), self.batches)
-            self._recent[j] = recent
-            self._cross[j] = _sum_oldest_first([c for c, _ in recent])
-            self._count[j] = sum(n for _, n in recent)
+            self._recent[j] = deque(((c.to(torch.float64), int(n)) for c, n in value), self.batches)
 
 
 def _sum_oldest_first(crosses: list[Tensor]) -> Tensor:
