@@ -324,6 +324,35 @@ class ExperimentConfig:
                 f"the agents have d = {dims}; use sheaf.variant=standard or strict"
             )
 
+    def ignored_settings(self) -> list[str]:
+        """What this config sets (away from the defaults) that its algorithm never reads,
+        as ``keys (what such runs read instead)``: a warning, not an error, since one
+        file may serve several methods."""
+        hub = "decentralized and hub methods only"
+        if self.decentralized or self.hub_based:
+            unused = {"federated": "server-based methods only", "head": "head_fedavg only"}
+        else:
+            unused = {
+                "graph": hub,
+                "agents": hub,
+                "sheaf": hub,
+                "baseline": hub,
+                "train.epochs": "server-based runs count federated.rounds and "
+                "federated.local_epochs, for FedRep head_epochs and body_epochs",
+                "train.steps_per_epoch": "server-based runs train whole local epochs",
+                "train.eval_every": "server-based runs read federated.eval_every",
+            }
+            if self.algorithm != "head_fedavg":
+                unused["head"] = "head_fedavg only"
+        mine = _flat(self.to_dict())
+        base = _flat(ExperimentConfig(name=self.name, algorithm=self.algorithm).to_dict())
+        changed = {k for k in mine.keys() | base.keys() if mine.get(k) != base.get(k)}
+        found: dict[str, list[str]] = {}
+        for key, why in unused.items():
+            if any(k == key or k.startswith((f"{key}.", f"{key}[")) for k in changed):
+                found.setdefault(why, []).append(key)
+        return [f"{', '.join(keys)} ({why})" for why, keys in found.items()]
+
     def run_name(self) -> str:
         """``output.name``, else ``<name>-<algorithm>-seed<seed>`` (methods never collide)."""
         return self.output.name or f"{self.name}-{self.algorithm}-seed{self.seed}"
@@ -401,6 +430,16 @@ def override_key(text: str) -> str:
     """The full dotted key an override sets (``rounds=3`` -> ``federated.rounds``)."""
     path, _ = parse_override(text)
     return _key_text(expand_shorthand(path, text))
+
+
+def override_leaves(text: str) -> list[str]:
+    """Every full dotted key an override sets: its key, or for a section or a list of
+    entries given whole, each key inside (``data={shift: 0.2}`` -> ``data.shift``)."""
+    path, value = parse_override(text)
+    key = _key_text(expand_shorthand(path, text))
+    if isinstance(value, dict | list):
+        return [k for k in _flat(value, key) if not k.endswith(".count")]
+    return [key]
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

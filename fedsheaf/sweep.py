@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from fedsheaf.config import HUB_BASED, load_config, override_key, read_yaml
+from fedsheaf.config import HUB_BASED, load_config, override_key, override_leaves, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.hostinfo import failed_to_start, local_launcher
 from fedsheaf.results import atomic_write_json, atomic_write_text
@@ -186,12 +186,20 @@ def expand(
 
 
 def _check_not_owned(overrides: list[str], owned: dict[str, str], where: str) -> None:
-    """Refuse an override of a key the sweep sets for each run (the sweep's would win)."""
+    """Refuse an override of a key the sweep sets for each run (the sweep's would win).
+
+    ``owned`` maps keys (a trailing ``.``: a whole section) to the reason. A section or
+    list set whole counts by the keys it holds (``data={shift: 0.2}`` sets data.shift).
+    """
     for item in overrides:
-        key = override_key(item)
-        why = owned.get(key) or (owned["output."] if key.startswith("output.") else None)
-        if why:
-            raise ConfigError(f"{where}: {key} is set by the sweep for each run; {why}")
+        for key in override_leaves(item):
+            why = owned.get(key) or next(
+                (w for k, w in owned.items() if k.endswith(".") and key.startswith(k)), None
+            )
+            if why:
+                whole = override_key(item)
+                held = f"{whole} holds {key}, which" if whole != key else f"{key}"
+                raise ConfigError(f"{where}: {held} is set by the sweep for each run; {why}")
 
 
 def _expand(path: Path, extra: list[str], scratch: Path | None, output: str | Path | None) -> Study:
@@ -213,6 +221,7 @@ def _expand(path: Path, extra: list[str], scratch: Path | None, output: str | Pa
         "seed": "list the seeds under the study's 'seeds'",
         "output.": "choose the sweep directory with the study's 'output' or --out DIR "
         "(and rerun finished runs with --local --force)",
+        "checkpoint.resume": "interrupted runs are resumed by --local and by every --emit line",
     }
 
     axis = raw["axis"]

@@ -299,6 +299,9 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
     """Entry point of ``fedsheaf run`` on every rank (``resume_dir``: ``--resume RUN_DIR``)."""
     world = init_world()
     cfg = world.agree(lambda: run_config(config_path, overrides, resume_dir))
+    ignored = cfg.ignored_settings()
+    if ignored:
+        world.log(f"fedsheaf: warning: {cfg.algorithm} does not read " + "; ".join(ignored))
     note = world.bcast(world.agree(lambda: finished_note(cfg) if world.is_root else None))
     if note is not None:
         world.log(note)

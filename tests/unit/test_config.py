@@ -206,3 +206,34 @@ def test_default_run_name_separates_algorithms_and_seeds():
     }
     assert names == {f"quickstart-{a}-seed{s}" for a in ("sheaf_frl", "noncoop") for s in (0, 1)}
     assert load_config(QUICK, ["output.name=mine"]).run_name() == "mine"
+
+
+def test_settings_the_algorithm_never_reads_are_named():
+    assert load_config(REPO / "configs/pair.yaml").ignored_settings() == []
+    assert load_config(REPO / "configs/fedrep_fmnist_100c2.yaml").ignored_settings() == []
+    assert load_config(REPO / "configs/head_fedavg_geo.yaml").ignored_settings() == []
+    # a decentralized config run as FedAvg: its graph, agents and epochs mean nothing there
+    fedavg = load_config(REPO / "configs/pair.yaml", ["algorithm=fedavg"]).ignored_settings()
+    assert fedavg == [
+        "graph, agents, baseline (decentralized and hub methods only)",
+        "train.epochs (server-based runs count federated.rounds and federated.local_epochs, "
+        "for FedRep head_epochs and body_epochs)",
+    ]
+    fedrep = load_config(
+        REPO / "configs/fedrep_fmnist_100c2.yaml",
+        [
+            "train.steps_per_epoch=3",
+            "sheaf.lam=1",
+            "agents=[{encoder: [4], head: [], classes: [0]}]",
+            "head.rho=1",
+        ],
+    )
+    assert "agents, sheaf (decentralized and hub methods only)" in fedrep.ignored_settings()
+    assert any(s.startswith("head (head_fedavg only)") for s in fedrep.ignored_settings())
+    quick = load_config(REPO / "configs/quickstart.yaml", ["rounds=4", "head.rho=1"])
+    assert quick.ignored_settings() == [
+        "federated (server-based methods only)",
+        "head (head_fedavg only)",
+    ]
+    # setting a key to its default is not a setting
+    assert load_config(REPO / "configs/quickstart.yaml", ["rounds=100"]).ignored_settings() == []

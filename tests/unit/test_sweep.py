@@ -251,6 +251,13 @@ def test_keys_the_sweep_sets_per_run_cannot_be_overridden(tmp_path, capsys):
         ("seed=3", "--set: seed is set by the sweep for each run; list the seeds under"),
         ("data.shift=0.2", "--set: data.shift is set by the sweep for each run; it is the "
          "study's axis"),
+        # a section given whole counts by what it holds
+        ("output={dir: x}", "--set: output holds output.dir, which is set by the sweep"),
+        ("data={shift: 0.2, limit: 50}", "--set: data holds data.shift, which is set by the "
+         "sweep for each run; it is the study's axis"),
+        ("checkpoint.resume=false", "--set: checkpoint.resume is set by the sweep for each run; "
+         "interrupted runs are resumed by --local and by every --emit line"),
+        ("checkpoint={every: 2, resume: false}", "--set: checkpoint holds checkpoint.resume"),
     ):  # fmt: skip
         assert cli.main(["sweep", study, "--set", extra]) == 2
         assert f"fedsheaf: error: {words}" in capsys.readouterr().err
@@ -259,6 +266,13 @@ def test_keys_the_sweep_sets_per_run_cannot_be_overridden(tmp_path, capsys):
         expand(_study(tmp_path, methods=methods), write=False)
     with pytest.raises(ConfigError, match=r"'set': output.dir is set by the sweep"):
         expand(_study(tmp_path, set={"output.dir": "x"}), write=False)
+    agents = [{"encoder": [4], "head": [], "classes": [0]}, {"lr": 0.2}]
+    grid = [{"name": "sf", "set": {"agents": agents}, "grid": {"agents[1].lr": [0.1]}}]
+    with pytest.raises(ConfigError, match=r"agents holds agents\[1\].lr, which is set by the"):
+        expand(_study(tmp_path, methods=grid), write=False)
+    # sections given whole that leave the sweep's keys alone pass
+    fine = {"checkpoint": {"every": 2}, "data": {"limit": 50}, "output": {}}
+    assert len(expand(_study(tmp_path, seeds=[0], set=fine), write=False).runs) == 12
     # a key one method grids may still be set for all (the others keep it)
     both = [{"name": "sf", "grid": {"sheaf.lam": [0.1]}}, {"name": "nc"}]
     assert len(expand(_study(tmp_path, seeds=[0], set={"sheaf.lam": 0.3}, methods=both)).runs) == 6
