@@ -163,7 +163,15 @@ class FederatedConfig:
 
     model: str = spec("fedrep_cnn", choices=("fedrep_cnn",))
     clients: int = spec(100, lo=1)
-    classes_per_client: int = spec(2, lo=1)
+    classes_per_client: int = spec(
+        2,
+        lo=1,
+        doc="S: shards per client, one label each, drawn as the FedRep authors' code "
+        "draws them (a client may get one class twice)",
+    )
+    distinct_classes: bool = spec(
+        False, doc="swap shard labels between clients so that none repeats a class"
+    )
     train_per_client: int | None = spec(None, lo=1, doc="default: all of each client's shards")
     test_per_client: int | None = spec(None, lo=1)
     rounds: int = spec(100, lo=1)
@@ -185,8 +193,9 @@ class FederatedConfig:
         "out longest first to whichever worker is free, so measured time, not size, "
         "balances the round), balanced (longest first to the least-loaded worker by "
         "training samples, decided ahead on every rank), or static (its home rank "
-        "1 + c mod W). With 1 < W < clients, dynamic and balanced make every worker hold "
-        "every client's data and private parameters; all three give the same results",
+        "1 + c mod W). With 1 < W < clients and fewer than all clients per round (Local "
+        "trains them all: static), dynamic and balanced make every worker hold every "
+        "client's data and private parameters; all three give the same results",
     )
 
 
@@ -344,6 +353,8 @@ class ExperimentConfig:
             }
             if self.algorithm != "head_fedavg":
                 unused["head"] = "head_fedavg only"
+            if self.algorithm == "local":
+                unused["federated.fraction"] = "Local trains every client in every round"
         mine = _flat(self.to_dict())
         base = _flat(ExperimentConfig(name=self.name, algorithm=self.algorithm).to_dict())
         changed = {k for k in mine.keys() | base.keys() if mine.get(k) != base.get(k)}

@@ -24,11 +24,10 @@ import numpy as np
 import torch
 
 from fedsheaf.algorithms.federated import FEDERATED
-from fedsheaf.algorithms.federated.protocol import moves_clients
 from fedsheaf.bench.formulas import ratio, round_rows, summary
 from fedsheaf.bench.ranks import sync
 from fedsheaf.config import load_config
-from fedsheaf.runtime.server_launch import PLUMBING, Rounds, build_runner
+from fedsheaf.runtime.server_launch import PLUMBING, Rounds, build_runner, moves
 from fedsheaf.runtime.star import Star
 from fedsheaf.runtime.world import World
 
@@ -93,7 +92,7 @@ def clients(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
         key: statistics.median(r[key] for r in steady)
         for key in ("measured", "ideal", "placed", "static_placement", "balanced_placement")
     }
-    moves = moves_clients(fc.placement, star.n_workers, fc.clients)
+    moved = moves(cfg, star.n_workers)
     return {
         "label": spec["label"],
         "config": spec["config"],
@@ -102,7 +101,7 @@ def clients(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
         "clients": fc.clients,
         "sampled_per_round": len(history[0]["selected"]),
         "workers": star.n_workers,
-        "placement": fc.placement if moves else "static",
+        "placement": fc.placement if moved else "static",
         "rounds": rows,
         "median": med,
         "ratio": summary([r["ratio"] for r in steady]),

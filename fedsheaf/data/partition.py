@@ -315,6 +315,7 @@ def fedrep_shards(
     train_per_client: int | None = None,
     test_per_client: int | None = None,
     n_classes: int | None = None,
+    distinct: bool = False,
 ) -> list[ClientShard]:
     """FedRep/McMahan shard partition (SPEC section 4).
 
@@ -322,10 +323,13 @@ def fedrep_shards(
     ``S * N / n_classes`` near-equal single-class shards (``S`` =
     ``classes_per_client``), and likewise its test indices. A shuffled multiset of
     labels, each class repeated ``S * N / n_classes`` times, gives every client
-    ``S`` labels; entries are swapped between clients so that no client repeats a
-    class when that is possible. A client receiving label ``c`` for the k-th time
-    in client order takes the k-th train shard and the k-th test shard of ``c``,
-    so each class's test images are split across exactly the clients holding it.
+    ``S`` labels, as the FedRep authors' code does: a client may draw a label twice
+    (then holds two shards of one class: about 10 of 100 clients at S = 2, about 70
+    of 100 hold fewer than 5 classes at S = 5). With ``distinct``, entries are
+    swapped between clients so that no client repeats a class when that is possible.
+    A client receiving label ``c`` for the k-th time in client order takes the k-th
+    train shard and the k-th test shard of ``c``, so each class's test images are
+    split across exactly the clients holding it.
 
     With CIFAR-10 (50,000/10,000), 100 clients and S = 2: 500 train and 100 test
     images per client. ``train_per_client``/``test_per_client`` optionally cut
@@ -365,7 +369,8 @@ def fedrep_shards(
 
     assignment = rng.permutation(np.repeat(np.arange(n_classes), per_class))
     assignment = assignment.reshape(n_clients, classes_per_client)
-    _spread_duplicates(assignment, rng)
+    if distinct:
+        _spread_duplicates(assignment, rng)
 
     used = np.zeros(n_classes, dtype=np.int64)
     clients = []

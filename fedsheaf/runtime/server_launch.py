@@ -103,7 +103,7 @@ class Rounds:
         self.cfg, self.fc = cfg, cfg.federated
         self.star, self.runner, self.run_dir, self.task = star, runner, run_dir, task
         self.home = runner.home
-        self.moves = moves_clients(self.fc.placement, star.n_workers, self.fc.clients)
+        self.moves = moves(cfg, star.n_workers)
         self.replicates = self.moves and runner.private_size > 0
         self.work: np.ndarray | None = None  # every client's training samples (if moves)
         self.size = runner.shared.size
@@ -161,6 +161,7 @@ class Rounds:
         """Rounds ``rounds_done+1 .. rounds`` (then the final round); ``after_round(t)``
         runs on every rank once round ``t`` is recorded (the checkpoint hook)."""
         fc, star, server = self.fc, self.star, self.star.is_server
+        fraction = self.runner.algorithm.participation()
         init = self.runner.shared.flatten(self.runner.model)
         w = star.bcast(init, "params")  # everyone starts from the server's parameters
         self._setup(w)
@@ -170,9 +171,9 @@ class Rounds:
         for t in range(self.rounds_done, fc.rounds):
             start = time.perf_counter()
             sel = star.bcast(
-                sample_clients(fc.clients, fc.fraction, self.cfg.seed, t)
+                sample_clients(fc.clients, fraction, self.cfg.seed, t)
                 if server
-                else np.empty(n_selected(fc.clients, fc.fraction), dtype=np.int64),
+                else np.empty(n_selected(fc.clients, fraction), dtype=np.int64),
                 "control",
             )
             where, mine, updates = self._train(sel, w, t)
@@ -365,10 +366,10 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         run_dir.write_config(dump_config(cfg))
     rounds = Rounds(cfg, star, runner, run_dir, task)
     per_rank = -(-fc.clients // star.n_workers)
-    moves = rounds.moves
+    moved = rounds.moves
     placed = (
         f"{fc.placement} placement (every worker holds every client)"
-        if moves
+        if moved
         else "static placement"
     )
     world.log(
@@ -376,7 +377,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         f"{count(star.n_workers, 'worker rank')} (up to {per_rank} per rank), "
         f"{placed}, "
         f"{task.describe()}, "
-        f"{count(n_selected(fc.clients, fc.fraction), 'client')} per round, "
+        f"{count(n_selected(fc.clients, algorithm.participation()), 'client')} per round, "
         f"{count(fc.rounds, 'round')}; "
         f"{algorithm.describe()}; {runner.shared.size} shared parameters "
         f"({human_bytes(runner.shared.nbytes, compact=True)}); "
@@ -398,7 +399,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         "seed": cfg.seed,
         "n_clients": fc.clients,
         "n_workers": star.n_workers,
-        "placement": fc.placement if moves else "static",  # what ran (see moves_clients)
+        "placement": fc.placement if moved else "static",  # what ran (see moves_clients)
         "shared": algorithm.shared,
         "shared_params": runner.shared.size,
         "schedule": algorithm.describe(),
@@ -413,6 +414,13 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     return summary
 
 
+def moves(cfg: ExperimentConfig, n_workers: int) -> bool:
+    """Whether this run's placement may train a client away from its home rank."""
+    fc = cfg.federated
+    per_round = n_selected(fc.clients, FEDERATED[cfg.algorithm](fc).participation())
+    return moves_clients(fc.placement, n_workers, fc.clients, per_round)
+
+
 def build_runner(cfg: ExperimentConfig, world: World, task: Task, star: Star) -> ClientRunner:
     """This rank's clients' data, on its device, and the runner that trains them.
 
@@ -421,8 +429,7 @@ def build_runner(cfg: ExperimentConfig, world: World, task: Task, star: Star) ->
     """
     fc = cfg.federated
     home = hosted_clients(world.rank, fc.clients, star.n_workers)
-    moves = moves_clients(fc.placement, star.n_workers, fc.clients)
-    load = list(range(fc.clients)) if moves and not world.is_root else home
+    load = list(range(fc.clients)) if moves(cfg, star.n_workers) and not world.is_root else home
     device = torch.device("cpu") if world.is_root else world.device
     data = world.agree(lambda: task.load_clients(load, device))
     runner = task.make_runner(task.build_model(), data, device)

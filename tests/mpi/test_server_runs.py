@@ -178,6 +178,22 @@ def test_fedavg_ft_is_fedavg_plus_a_final_head_round(mpirun, tmp_path, fmnist_ro
     assert plain["final_acc"] is None and plain["score"] == summary["acc_last"]
 
 
+def test_local_trains_every_client_every_round_and_shares_nothing(mpirun, tmp_path, fmnist_root):
+    cfg = _config(tmp_path, fmnist_root, rounds=2, eval_every=1)
+    proc = _run(mpirun, 3, cfg, "algorithm=local", "output.name=local")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{CLIENTS} clients per round" in proc.stdout and "static placement" in proc.stdout
+    # the tiny config's fraction (0.3) is not Local's: one warning says so
+    assert proc.stdout.count("warning: local does not read federated.fraction") == 1
+    records = read_metrics(tmp_path / "runs" / "local" / "metrics.jsonl")
+    assert [r["selected"] for r in records] == [list(range(CLIENTS))] * 2
+    for r in records:  # reports only: (client, n, loss) per client + 4 floats per eval
+        assert r["bytes_up"] == CLIENTS * 3 * 8 + 4 * 8 * CLIENTS
+        assert not any(k.startswith("params") and v for k, v in r["bytes"].items())
+    summary = json.loads((tmp_path / "runs" / "local" / "summary.json").read_text())
+    assert summary["shared_params"] == 0 and summary["final_acc"] is None
+
+
 @pytest.mark.parametrize(
     "n,overrides,message",
     [

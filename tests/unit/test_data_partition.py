@@ -199,38 +199,73 @@ def cifar_like(seed=0):
     )
 
 
-def test_fedrep_cifar_protocol():
-    ytr, yte = cifar_like()
-    clients = fedrep_shards(ytr, yte, n_clients=100, classes_per_client=2, seed=0)
-    assert len(clients) == 100
+def _check_shards(clients, ytr, yte, shards_per_client):
+    """Every client has S shards of 250/50 images (two of one class when it drew that
+    label twice); all images are used once; each class is cut into S*N/10 shards."""
+    drawn = np.zeros(10, dtype=int)
     for c in clients:
         assert c.train.shape == (500,) and c.test.shape == (100,)
-        assert len(c.classes) == 2
-        assert np.array_equal(np.bincount(ytr[c.train], minlength=10)[list(c.classes)], [250, 250])
-        assert np.array_equal(np.bincount(yte[c.test], minlength=10)[list(c.classes)], [50, 50])
+        per_class_train = np.bincount(ytr[c.train], minlength=10)
+        per_class_test = np.bincount(yte[c.test], minlength=10)
+        assert sorted(np.flatnonzero(per_class_train).tolist()) == list(c.classes)
+        assert np.all(per_class_train[list(c.classes)] % 250 == 0)
+        assert np.array_equal(per_class_test * 5, per_class_train)  # test shards follow
+        drawn += per_class_train // 250
+    assert np.all(drawn == 10 * shards_per_client)  # S*N/10 shards of every class
     train = np.concatenate([c.train for c in clients])
     test = np.concatenate([c.test for c in clients])
     assert np.array_equal(np.sort(train), np.arange(50_000))  # disjoint, all used
     assert np.array_equal(np.sort(test), np.arange(10_000))
+
+
+def test_fedrep_cifar_protocol_draws_labels_as_the_authors_code():
+    ytr, yte = cifar_like()
+    clients = fedrep_shards(ytr, yte, n_clients=100, classes_per_client=2, seed=0)
+    assert len(clients) == 100
+    _check_shards(clients, ytr, yte, 2)
+    # a shuffled multiset of 200 labels: P(two equal) = 19/199, about 9.5 of 100 clients
+    repeats = [
+        sum(len(c.classes) < 2 for c in fedrep_shards(ytr, yte, 100, 2, seed=s)) for s in range(20)
+    ]
+    assert 5 < np.mean(repeats) < 14 and min(repeats) < max(repeats)
+    assert 3 <= len({len(c.classes) for c in fedrep_shards(ytr, yte, 100, 5, seed=0)})
+
+
+def test_fedrep_distinct_classes_swaps_repeats_away():
+    ytr, yte = cifar_like()
+    drawn = fedrep_shards(ytr, yte, n_clients=100, classes_per_client=2, seed=0)
+    clients = fedrep_shards(ytr, yte, 100, 2, seed=0, distinct=True)
+    assert any(len(c.classes) < 2 for c in drawn)
+    for c in clients:
+        assert len(c.classes) == 2
+        assert np.array_equal(np.bincount(ytr[c.train], minlength=10)[list(c.classes)], [250, 250])
+        assert np.array_equal(np.bincount(yte[c.test], minlength=10)[list(c.classes)], [50, 50])
+    _check_shards(clients, ytr, yte, 2)
     holders = np.bincount([k for c in clients for k in c.classes], minlength=10)
     assert np.all(holders == 20)  # S*N/10 shards per class
+    five = fedrep_shards(ytr, yte, 100, 5, seed=0, distinct=True)
+    assert {len(c.classes) for c in five} == {5}
 
 
 def test_fedrep_determinism_and_options():
     ytr, yte = cifar_like(1)
-    a = fedrep_shards(ytr, yte, 100, 2, seed=4)
-    b = fedrep_shards(ytr, yte, 100, 2, seed=4)
-    c = fedrep_shards(ytr, yte, 100, 2, seed=5)
+    a = fedrep_shards(ytr, yte, 100, 2, seed=4, distinct=True)
+    b = fedrep_shards(ytr, yte, 100, 2, seed=4, distinct=True)
+    c = fedrep_shards(ytr, yte, 100, 2, seed=5, distinct=True)
     assert all(
         np.array_equal(x.train, y.train) and x.classes == y.classes
         for x, y in zip(a, b, strict=True)
     )
     assert any(x.classes != y.classes for x, y in zip(a, c, strict=True))
-    big = fedrep_shards(ytr, yte, 1000, 2, seed=0)
+    x, y = fedrep_shards(ytr, yte, 100, 2, seed=4), fedrep_shards(ytr, yte, 100, 2, seed=4)
+    assert all(np.array_equal(u.train, v.train) for u, v in zip(x, y, strict=True))
+    big = fedrep_shards(ytr, yte, 1000, 2, seed=0, distinct=True)
     assert {(c.train.size, c.test.size, len(c.classes)) for c in big} == {(50, 10, 2)}
-    five = fedrep_shards(ytr, yte, 100, 5, seed=0)
+    five = fedrep_shards(ytr, yte, 100, 5, seed=0, distinct=True)
     assert {(c.train.size, c.test.size, len(c.classes)) for c in five} == {(500, 100, 5)}
-    small = fedrep_shards(ytr, yte, 100, 2, seed=4, train_per_client=100, test_per_client=20)
+    small = fedrep_shards(
+        ytr, yte, 100, 2, seed=4, train_per_client=100, test_per_client=20, distinct=True
+    )
     for s, full in zip(small, a, strict=True):
         assert s.train.size == 100 and s.test.size == 20 and s.classes == full.classes
         assert np.all(np.isin(s.train, full.train))

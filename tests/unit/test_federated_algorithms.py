@@ -46,8 +46,16 @@ def test_each_algorithm_overrides_only_what_it_must():
     assert own["fedper"] == {"shared", "final_schedule"}
     assert own["fedrep"] == {"local_schedule"} and issubclass(FedRep, FedPer)
     assert own["lg_fedavg"] == {"shared", "final_schedule"}
-    assert own["local"] == {"shared"}
+    assert own["local"] == {"shared", "participation"}
     assert all(issubclass(cls, FedAvg) for cls in FEDERATED.values())
+
+
+def test_local_trains_every_client_every_round():
+    """Nothing to average, so no sampling: the FedRep authors' Local trains every client
+    for all the epochs; the others sample federated.fraction of the clients."""
+    fc = FederatedConfig(fraction=0.1)
+    assert FEDERATED["local"](fc).participation() == 1.0
+    assert {FEDERATED[n](fc).participation() for n in set(FEDERATED) - {"local"}} == {0.1}
 
 
 def test_zero_epoch_phases_and_description():

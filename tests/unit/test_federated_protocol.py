@@ -117,6 +117,8 @@ def test_only_balanced_or_dynamic_placement_with_fewer_workers_than_clients_move
     assert not moves_clients("static", 4, 100)
     assert not moves_clients("balanced", 1, 100)  # one worker: nothing to balance
     assert not moves_clients("dynamic", 100, 100)  # one client per worker
+    assert moves_clients("dynamic", 4, 100, per_round=99)
+    assert not moves_clients("dynamic", 4, 100, per_round=100)  # every client, every round
 
 
 def test_dispatch_order_is_longest_first_ties_by_id():

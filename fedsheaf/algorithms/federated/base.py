@@ -66,6 +66,10 @@ class FedAvg:
     def __init__(self, fc: FederatedConfig) -> None:
         self.fc = fc
 
+    def participation(self) -> float:
+        """The fraction of clients the server samples for a round (``federated.fraction``)."""
+        return self.fc.fraction
+
     def local_schedule(self) -> list[Phase]:
         """What a selected client trains in a round, in order."""
         return [Phase("all", self.fc.local_epochs)]

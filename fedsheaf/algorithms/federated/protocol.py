@@ -61,14 +61,18 @@ def rows_per_rank(
     return counts
 
 
-def moves_clients(placement: str, n_workers: int, n_clients: int) -> bool:
+def moves_clients(
+    placement: str, n_workers: int, n_clients: int, per_round: int | None = None
+) -> bool:
     """Whether ``placement`` may train a client away from its home rank.
 
-    Only ``balanced`` or ``dynamic`` with ``1 < W < clients``: one worker, or one
-    client per worker, leaves nothing to balance (each sampled client has a rank to
-    itself).
+    Only ``balanced`` or ``dynamic`` with ``1 < W < clients``, and fewer than all
+    clients per round (``per_round``): one worker, one client per worker, or every
+    client in every round (home ranks then hold as equal shares as any deal) leaves
+    nothing to balance.
     """
-    return placement in ("balanced", "dynamic") and 1 < n_workers < n_clients
+    every = per_round is not None and per_round >= n_clients
+    return placement in ("balanced", "dynamic") and 1 < n_workers < n_clients and not every
 
 
 def dispatch_order(clients: Iterable[int], work: Sequence[float] | np.ndarray) -> list[int]:

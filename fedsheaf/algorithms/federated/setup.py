@@ -97,6 +97,7 @@ def load_clients(
         train_per_client=fc.train_per_client,
         test_per_client=fc.test_per_client,
         n_classes=train.n_classes,
+        distinct=fc.distinct_classes,
     )
     out = {}
     for c in clients:

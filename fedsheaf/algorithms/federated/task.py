@@ -32,6 +32,7 @@ from fedsheaf.algorithms.federated.summary import result_table, round_record, su
 from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.config import ExperimentConfig
 from fedsheaf.data.sources import black_level
+from fedsheaf.units import count
 
 
 class Task:
@@ -82,8 +83,10 @@ class Task:
 
     def describe(self) -> str:
         """The data part of the run's first log line."""
-        return (
-            f"{self.cfg.data.dataset}, {self.cfg.federated.classes_per_client} classes per client"
+        fc = self.cfg.federated
+        shards = count(fc.classes_per_client, "single-class shard")
+        return f"{self.cfg.data.dataset}, {shards} per client" + (
+            " (distinct classes)" if fc.distinct_classes else ""
         )
 
     # ---- optional one-time exchange before the first round ---------------------------
