@@ -8,6 +8,7 @@ import importlib
 import io
 import os
 import sys
+import time
 from typing import NoReturn
 
 from fedsheaf import __version__
@@ -137,6 +138,11 @@ def _command(argv: list[str]) -> str | None:
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
+#: Seconds a rank other than 0 waits before exiting on an argument error (rank 0's exit
+#: ends the job sooner).
+QUIET_RANK_GRACE = 10.0
+
+
 def launched_rank() -> int:
     """This process's rank as its launcher told it (0 outside a launcher), without MPI."""
     for name in RANK_VARIABLES:
@@ -177,8 +183,18 @@ def main(argv: list[str] | None = None) -> int:
     if launched_rank() == 0:
         args = parser.parse_args(argv)
     else:  # under mpiexec every rank parses; only the first prints usage, help or errors
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            args = parser.parse_args(argv)
+        try:
+            with (
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
+            ):
+                args = parser.parse_args(argv)
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                # give rank 0 time to say why: a rank that exits non-zero first makes
+                # mpiexec end the job, rank 0 included, perhaps before it has printed
+                time.sleep(QUIET_RANK_GRACE)
+            raise
     try:
         return int(args.func(args) or 0)
     except FedsheafError as exc:

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from fedsheaf import yamlio
 from fedsheaf.errors import ConfigError
 from fedsheaf.schema import build, spec, to_dict
 
@@ -253,6 +254,12 @@ def check_plain_name(value: str, key: str) -> None:
             f"config key '{key}' must be a plain name (one directory name, no '/'), "
             f"got {value!r}; use output.dir to choose where runs go"
         )
+    if "\0" in value or len(value.encode("utf-8", "surrogatepass")) > 255:
+        raise ConfigError(
+            f"config key '{key}' must be a plain name of at most 255 bytes without NUL "
+            f"characters (a directory name), got {value[:40]!r}"
+            + ("..." if len(value) > 40 else "")
+        )
 
 
 @dataclass
@@ -398,9 +405,9 @@ def parse_override(text: str) -> tuple[list[str | int], Any]:
         path.append(match.group(1))
         path.extend(int(i) for i in re.findall(r"\d+", match.group(2)))
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"override '{text}': cannot parse value: {yaml_problem(exc)}") from None
+        value = yamlio.load(raw) if raw.strip() else None
+    except (yaml.YAMLError, RecursionError, *yamlio.BAD_VALUE) as exc:
+        raise ConfigError(f"override '{text}': cannot parse value: {yamlio.problem(exc)}") from None
     return path, value
 
 
@@ -476,30 +483,22 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
     return raw
 
 
-def yaml_problem(exc: yaml.YAMLError) -> str:
-    """A YAML syntax error on one line: where it is and what is wrong."""
-    mark = getattr(exc, "problem_mark", None)
-    what = "; ".join(
-        str(part) for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part
-    )
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return f"{where}{what or exc}".replace("\n", " ")
-
-
 def read_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
     """Read a YAML mapping, turning I/O and syntax problems into ConfigError.
 
     ``what`` names the file in messages (``study file``, ``config file``).
     """
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{what} {p} is a directory, not a file")
     if not p.is_file():
         raise ConfigError(f"{what} {p} does not exist")
     try:
-        raw = yaml.safe_load(p.read_text())
+        raw = yamlio.load(p.read_text())
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{what} {p} cannot be read: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} {p} is not valid YAML: {yaml_problem(exc)}") from None
+    except (yaml.YAMLError, RecursionError, *yamlio.BAD_VALUE) as exc:
+        raise ConfigError(f"{what} {p} is not valid YAML: {yamlio.problem(exc)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{what} {p} must hold a YAML mapping at top level")
     return raw
@@ -605,6 +604,11 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+#: The copy of its graph file a decentralized run keeps in its directory, so that a
+#: resume can check it trains on the same graph (paths may point elsewhere by then).
+GRAPH_COPY = "graph.yaml"
+
+
 def check_resume(run_dir: Path, cfg: ExperimentConfig) -> ExperimentConfig:
     """Refuse to resume ``run_dir`` (holding a config.yaml) under a different experiment;
     return the config it was saved with."""
@@ -613,6 +617,13 @@ def check_resume(run_dir: Path, cfg: ExperimentConfig) -> ExperimentConfig:
     except ConfigError as exc:
         raise ConfigError(f"cannot resume {run_dir}: its config.yaml: {exc}") from None
     changes = resume_changes(saved, cfg)
+    copy = run_dir / GRAPH_COPY
+    graph = cfg.graph if cfg.decentralized or cfg.hub_based else None
+    if graph is not None and copy.is_file() and not _same_file(graph, str(copy)):
+        changes.append(
+            f"graph file {graph} (its content differs from the graph the run started "
+            f"with, kept as {copy}: resume with graph={copy} to continue on that one)"
+        )
     if changes:
         allowed = ", ".join(
             k.rstrip(".") + ("*" if k.endswith(".") else "") for k in RESUMABLE_KEYS

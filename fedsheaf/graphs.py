@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from fedsheaf import yamlio
 from fedsheaf.errors import GraphError, relative_hint
 from fedsheaf.results import atomic_write_text
 from fedsheaf.units import count
@@ -375,7 +376,7 @@ def load_graph(path: str | os.PathLike[str]) -> Graph:
     except OSError as e:
         raise GraphError(f"{where} cannot be read: {e.strerror}") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yamlio.load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
@@ -383,7 +384,7 @@ def load_graph(path: str | os.PathLike[str]) -> Graph:
         raise GraphError(f"{where} is not valid YAML{at}: {problem}") from None
     except RecursionError:
         raise GraphError(f"{where} is not a graph file: YAML nested too deeply") from None
-    except (ValueError, TypeError, OverflowError) as e:
+    except yamlio.BAD_VALUE as e:
         # PyYAML's scalar constructors (timestamps, !!int, !!float) raise these directly
         raise GraphError(f"{where} is not valid YAML: bad value ({e})") from None
     if doc is None:

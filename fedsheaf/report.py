@@ -29,6 +29,7 @@ from typing import Any
 
 from fedsheaf.config import read_yaml
 from fedsheaf.errors import ConfigError
+from fedsheaf.report_runs import readable
 from fedsheaf.results import atomic_write_text, outermost_runs, read_json_object, save_figure
 
 METRICS = ("private_acc", "comm_acc", "comm_acc_deg")
@@ -122,10 +123,17 @@ def collect(paths: list[str | Path]) -> list[RunRecord]:
     found = {s.parent.resolve() for r in roots for s in r.rglob("summary.json")}
     records: list[RunRecord] = []
     datasets: set[str] = set()
-    for d in outermost_runs({d for d in found if (d / "config.yaml").is_file()}):
-        cfg = read_yaml(d / "config.yaml")
+    runs = outermost_runs({d for d in found if (d / "config.yaml").is_file()})
+
+    def read(d: Path) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+        return (
+            d,
+            read_yaml(d / "config.yaml", what="run config"),
+            read_json_object(d / "summary.json"),
+        )
+
+    for d, cfg, summary in readable(runs, read):
         datasets.add(str(_get(cfg, "data.dataset")))
-        summary = read_json_object(d / "summary.json")
         entry, _ = manifests.get(d, (None, []))
         method = entry["method"] if entry else default_method(cfg)
         if entry is not None:  # the sweep's own grid for this method (maybe none)

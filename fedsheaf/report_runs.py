@@ -18,9 +18,11 @@ from __future__ import annotations
 import csv
 import io
 import math
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fedsheaf.config import SERVER_BASED, read_yaml
 from fedsheaf.errors import ConfigError
@@ -32,6 +34,8 @@ from fedsheaf.results import (
     save_figure,
 )
 from fedsheaf.units import human_bytes
+
+T = TypeVar("T")
 
 DECENTRALIZED_COLS = ("private_acc", "comm_acc", "comm_acc_deg", "score_val")
 SERVER_COLS = ("acc", "score", "final_acc", "test_mse", "gram_err_star")
@@ -94,7 +98,22 @@ def find_runs(paths: list[str | Path]) -> list[RunInfo]:
     if not dirs:
         where = ", ".join(map(str, paths))
         raise ConfigError(f"no run directories (config.yaml + metrics.jsonl) under {where}")
-    return [load_run(d) for d in outermost_runs(dirs)]
+    return readable(outermost_runs(dirs), load_run)
+
+
+def readable(dirs: list[Path], read: Callable[[Path], T]) -> list[T]:
+    """``read`` of every run in ``dirs``; one that cannot be read (a damaged summary.json
+    or config.yaml) is skipped with a warning, unless none can."""
+    out, skipped = [], []
+    for d in dirs:
+        try:
+            out.append(read(d))
+        except ConfigError as exc:
+            skipped.append(str(exc))
+            print(f"report: warning: skipping {d}: {exc}", file=sys.stderr, flush=True)
+    if skipped and not out:
+        raise ConfigError(skipped[0])
+    return out
 
 
 def _with_acc(records: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:

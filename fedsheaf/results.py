@@ -124,7 +124,7 @@ def check_not_foreign(path: str | Path) -> None:
     """Refuse a run directory inside another run's, or one that exists, holds files and is
     not a fedsheaf run's.
 
-    A run directory holds ``config.yaml`` (written first thing), ``metrics.jsonl``,
+    A run directory holds ``config.yaml`` (written before the first epoch), ``metrics.jsonl``,
     ``summary.json`` or ``checkpoints/``; files without any of them are somebody
     else's: a run would mix its results in (and ``output.overwrite`` delete some).
     """
@@ -157,9 +157,11 @@ PREVIOUS_SUMMARY = "summary.prev.json"
 class RunDir:
     """The directory one run writes into (only rank 0 creates one)."""
 
-    def __init__(self, path: str | Path, overwrite: bool = False) -> None:
+    def __init__(self, path: str | Path, overwrite: bool = False, extend: bool = False) -> None:
+        """``extend``: a finished run to be trained longer (its summary stays until
+        :func:`fedsheaf.runtime.launch.settle_config` sets it aside)."""
         self.path = Path(path)
-        if (self.path / "summary.json").exists() and not overwrite:
+        if (self.path / "summary.json").exists() and not (overwrite or extend):
             raise ConfigError(
                 f"run directory {self.path} already holds a finished run; choose "
                 "another output.name or pass output.overwrite=true"
@@ -207,12 +209,15 @@ def read_json_object(path: str | Path) -> dict[str, Any]:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """All complete records of a metrics.jsonl file (a torn last line is skipped)."""
+    """All complete records of a metrics.jsonl file (a torn last line, or a line that is
+    not a JSON object, is skipped)."""
     records = []
     with open(path) as fh:
         for line in fh:
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if isinstance(record, dict):
+                records.append(record)
     return records

@@ -12,6 +12,7 @@ from fedsheaf import checkpoint, experiment
 from fedsheaf.algorithms import DECENTRALIZED
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
 from fedsheaf.config import (
+    GRAPH_COPY,
     ExperimentConfig,
     check_resume,
     dump_config,
@@ -21,7 +22,7 @@ from fedsheaf.config import (
 )
 from fedsheaf.errors import ConfigError, FedsheafError
 from fedsheaf.progress import Recorder, agent_table
-from fedsheaf.results import PREVIOUS_SUMMARY, RunDir, check_not_foreign
+from fedsheaf.results import PREVIOUS_SUMMARY, RunDir, atomic_write_text, check_not_foreign
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import World, init_world
 from fedsheaf.units import count
@@ -48,17 +49,18 @@ def run_decentralized(
     data = world.agree(lambda: experiment.agent_data(ds, part, world.rank, world.device))
     steps = experiment.steps_per_epoch(cfg, part)
     run_path = Path(cfg.output.dir) / cfg.run_name()
-    if job is world:
-        run_dir = world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
-    else:  # the job checked it (and may have written its server's checkpoints since)
-        run_dir = RunDir(run_path) if world.is_root else None
-    if run_dir is not None:
-        run_dir.write_config(dump_config(cfg))
     model = experiment.agent_model(cfg, ds, world.rank, world.device)
     agent = Agent(world.rank, cfg, graph, data, model, world.device, steps)
     nbr = Neighbourhood(world.comm, graph.neighbours(world.rank))
-    recorder = Recorder(world, run_dir, cfg.train.epochs)
+    recorder = Recorder(world, None, cfg.train.epochs)
+    # built before the run directory is touched: what fails here (an empty pilot set)
+    # leaves a run that output.overwrite=true would replace as it was
     algo = (make or DECENTRALIZED[cfg.algorithm])(agent, nbr, recorder)
+    if job is world:
+        run_dir = world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
+    else:  # the job checked it (and may have written its server's checkpoints since)
+        run_dir = RunDir(run_path, extend=cfg.checkpoint.resume) if world.is_root else None
+    recorder.run_dir = run_dir
     first_epoch = 0
     if cfg.checkpoint.resume:
         first_epoch = restore(
@@ -69,6 +71,8 @@ def run_decentralized(
             recorder,
             loaded or load_latest(job, run_path, cfg.train.epochs),
         )
+    if run_dir is not None:
+        settle_config(run_dir, cfg)
     world.log(
         f"fedsheaf: {cfg.algorithm} '{cfg.name}' on {graph.name} ({graph.n} agents, "
         f"{count(len(graph.edges), 'edge')}), {ds.name} "
@@ -128,7 +132,7 @@ def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
         saved = check_resume(path, cfg)
         if (path / "summary.json").exists():
             extend_finished(path, saved, cfg)
-    return RunDir(path, cfg.output.overwrite)
+    return RunDir(path, cfg.output.overwrite, extend=cfg.checkpoint.resume)
 
 
 def run_length(cfg: ExperimentConfig) -> tuple[int, str, str]:
@@ -140,32 +144,46 @@ def run_length(cfg: ExperimentConfig) -> tuple[int, str, str]:
 
 def extend_finished(path: Path, saved: ExperimentConfig, cfg: ExperimentConfig) -> None:
     """Rank 0, resuming the finished run in ``path`` (saved with ``saved``) under ``cfg``,
-    which asks for a greater length (:func:`finished_note` ends the others): train it
-    longer, or refuse.
+    which asks for a greater length (:func:`finished_note` ends the others): refuse
+    unless it has a checkpoint to continue from (else it would silently train again from
+    the start). Nothing in ``path`` changes here: :func:`settle_config` sets the summary
+    aside once a checkpoint has been read on every rank.
 
-    A finished run continues only from a checkpoint (else it would silently train again
-    from the start). Its summary is set aside as ``summary.prev.json`` until the new one
-    is written at the new end; if the extension fails, the run is an interrupted one of
-    the greater length. Training from the last
-    checkpoint on is that of a run asked for the greater length from the start wherever
-    evaluation leaves the training state alone (the strict variant with
-    ``map_refresh: step`` refits its maps before evaluating); the metrics differ only where
-    the shorter run evaluated its last epoch (round), which it always does.
+    Training from the last checkpoint on is that of a run asked for the greater length
+    from the start wherever evaluation leaves the training state alone (the strict variant
+    with ``map_refresh: step`` refits its maps before evaluating); the metrics differ only
+    where the shorter run evaluated its last epoch (round), which it always does.
     """
-    done, unit, key = run_length(saved)
-    wanted = run_length(cfg)[0]
+    key, wanted = run_length(saved)[2], run_length(cfg)[0]
     if not (checkpoint.checkpoints_dir(path) / checkpoint.MANIFEST).is_file():
         raise ConfigError(
             f"{path} is a finished run with no checkpoint to continue from (it ran with "
             f"checkpoint.every={saved.checkpoint.every}); run it again with {key}={wanted} "
             "and output.overwrite=true"
         )
-    (path / "summary.json").replace(path / PREVIOUS_SUMMARY)
-    print(
-        f"fedsheaf: extending the finished run {path} from {done} to {wanted} {unit}s "
-        f"(its summary kept as {PREVIOUS_SUMMARY} until the new end)",
-        flush=True,
-    )
+
+
+def settle_config(run_dir: RunDir, cfg: ExperimentConfig) -> None:
+    """Rank 0, before the first epoch (round): write ``cfg`` as the run's config.yaml.
+
+    When resuming, this runs only once the checkpoint has been read on every rank, so a
+    refused or failed resume leaves the directory as it was. A finished run being
+    extended then sets its summary aside as ``summary.prev.json`` until the new end; if
+    the extension fails later, the run is an interrupted one of the greater length.
+    """
+    path = run_dir.path
+    if cfg.checkpoint.resume and (path / "summary.json").exists():
+        done, unit, _ = run_length(load_config(path / "config.yaml"))
+        (path / "summary.json").replace(path / PREVIOUS_SUMMARY)
+        print(
+            f"fedsheaf: extending the finished run {path} from {done} to "
+            f"{count(run_length(cfg)[0], unit)} (its summary kept as {PREVIOUS_SUMMARY} "
+            "until the new end)",
+            flush=True,
+        )
+    if cfg.graph is not None and (cfg.decentralized or cfg.hub_based):
+        atomic_write_text(path / GRAPH_COPY, Path(cfg.graph).read_text(encoding="utf-8"))
+    run_dir.write_config(dump_config(cfg))
 
 
 #: What resuming reads: the newest complete checkpoint and this rank's state in it.
@@ -183,6 +201,11 @@ def load_latest(job: World, run_path: Path, length: int, unit: str = "epoch") ->
 
     def newest() -> list[checkpoint.Checkpoint]:
         found = checkpoint.complete(run_path, job.size)
+        if not found and (run_path / "summary.json").exists():
+            raise checkpoint.CheckpointError(
+                f"cannot extend the finished run {run_path}: it holds no complete "
+                "checkpoint to continue from; start over with output.overwrite=true"
+            )
         if found and found[0].epoch > length:
             key = "federated.rounds" if unit == "round" else "train.epochs"
             raise checkpoint.CheckpointError(

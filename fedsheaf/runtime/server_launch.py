@@ -77,10 +77,10 @@ from fedsheaf.algorithms.federated.protocol import (
 )
 from fedsheaf.algorithms.federated.task import Task
 from fedsheaf.algorithms.federated.trainer import ClientRunner
-from fedsheaf.config import ExperimentConfig, dump_config
+from fedsheaf.config import ExperimentConfig
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import RunDir
-from fedsheaf.runtime.launch import checkpointer, load_latest, open_run_dir
+from fedsheaf.runtime.launch import checkpointer, load_latest, open_run_dir, settle_config
 from fedsheaf.runtime.star import NO_CLIENT, Star
 from fedsheaf.runtime.world import World
 from fedsheaf.units import count, human_bytes
@@ -362,8 +362,6 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     runner = build_runner(cfg, world, task, star)
     run_path = Path(cfg.output.dir) / cfg.run_name()
     run_dir = world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
-    if run_dir is not None:
-        run_dir.write_config(dump_config(cfg))
     rounds = Rounds(cfg, star, runner, run_dir, task)
     per_rank = -(-fc.clients // star.n_workers)
     moved = rounds.moves
@@ -388,6 +386,8 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     start = time.perf_counter()
     if cfg.checkpoint.resume:
         restore(world, run_path, rounds)
+    if run_dir is not None:
+        settle_config(run_dir, cfg)
     history = rounds.run(checkpointer(cfg, world, run_path, rounds.state_dict))
     star.close()
     elapsed = time.perf_counter() - start

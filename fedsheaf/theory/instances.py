@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from fedsheaf import yamlio
 from fedsheaf.errors import ConfigError
 from fedsheaf.theory.psd import min_eig, rotated_diag, sqrtm_psd, sym
 from fedsheaf.theory.simulate import SimSettings
@@ -190,9 +191,9 @@ def load_ufm_config(path: str | Path) -> UFMConfig:
     except OSError as err:
         raise ConfigError(f"cannot read UFM config {str(path)!r}: {err.strerror}") from None
     try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML: {err}") from None
+        raw = yamlio.load(text)
+    except (yaml.YAMLError, RecursionError, *yamlio.BAD_VALUE) as err:
+        raise ConfigError(f"{path}: invalid YAML: {yamlio.problem(err)}") from None
     return parse_ufm_config(raw, source=str(path))
 
 

@@ -15,9 +15,13 @@ NP=${NP:-3}
 PY=${PY:-.venv/bin/python}
 MPIEXEC=${MPIEXEC:-$(dirname "$PY")/mpiexec}
 export FEDSHEAF_THREADS=1 OMP_NUM_THREADS=1
+if [ "$(id -u)" = 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
 REDUCED=(federated.rounds=20 federated.eval_last=5 federated.body_epochs=1
          federated.local_epochs=1 federated.eval_every=5 output.dir=results/fedrep/runs output.overwrite=true)
 mkdir -p results/fedrep/logs
+: > results/fedrep/logs/timing.txt
 for alg in ${ALGS:-fedrep fedavg_ft fedavg local}; do
   start=$(date +%s)
   nice -n 10 "$MPIEXEC" --oversubscribe -n "$NP" "$PY" -m fedsheaf run \

@@ -68,6 +68,37 @@ def test_resume_guards_and_fallback(tmp_path):
     away.mkdir()
     line = _one_error(_run(tmp_path, "--resume", str(cut), "train.epochs=4", cwd=away))
     assert f"graphs/quick4.yaml does not exist (relative to the current directory {away})" in line
+    # the same relative path naming another graph there: refused, the run's copy offered
+    (away / "graphs").mkdir()
+    ring = Path("graphs/quick4.yaml").read_text().replace("  - [0, 2]\n", "")
+    assert ring != Path("graphs/quick4.yaml").read_text()
+    (away / "graphs" / "quick4.yaml").write_text(ring)
+    line = _one_error(_run(tmp_path, "--resume", str(cut), "train.epochs=4", cwd=away))
+    assert (
+        f"its content differs from the graph the run started with, kept as {cut}/graph.yaml" in line
+    )
+    assert f"resume with graph={cut / 'graph.yaml'}" in line
+
+    # a refused extension leaves the finished run as it was
+    kept = {f: (cut / f).read_bytes() for f in ("summary.json", "config.yaml", "metrics.jsonl")}
+    broken = tmp_path / "broken"
+    shutil.copytree(cut, broken)
+    for f in (broken / "checkpoints").glob("epoch-*/rank-1.pt"):
+        f.write_bytes(b"junk")
+    gone = tmp_path / "gone"
+    shutil.copytree(cut, gone)
+    for f in (gone / "checkpoints").glob("epoch-*/rank-1.pt"):
+        f.unlink()
+    for run, words in ((broken, "no checkpoint can be read"), (gone, "no complete checkpoint")):
+        line = _one_error(_run(tmp_path, "--resume", str(run), "train.epochs=4"))
+        assert words in line and "start over with output.overwrite=true" in line
+        assert {f: (run / f).read_bytes() for f in kept} == kept
+        assert not (run / "summary.prev.json").exists()
+    # and so does a replacement that fails before training (an empty pilot set)
+    proc = _run(tmp_path, quick, out, "output.name=cut", "train.epochs=3", *COMMON,
+                "output.overwrite=true", "data.pilot_fraction=0.0001")  # fmt: skip
+    assert proc.returncode != 0 and "the shared pilot set is empty" in proc.stderr
+    assert {f: (cut / f).read_bytes() for f in kept} == kept
 
     # trained longer, while its newest checkpoint is damaged on one rank: from the one before
     torn = cut / "checkpoints" / "epoch-0003" / "rank-2.pt"

@@ -68,6 +68,7 @@ def test_only_the_first_rank_prints_argument_errors(monkeypatch, capsys, rank, p
     for name in cli.RANK_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", rank)
+    monkeypatch.setattr(cli, "QUIET_RANK_GRACE", 0.0)  # alone, no rank 0 to wait for
     for argv in (["run", "--bogus", "x.yaml"], ["run", "--help"]):
         with pytest.raises(SystemExit):
             cli.main(argv)

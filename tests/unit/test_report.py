@@ -185,3 +185,13 @@ def test_runs_on_several_datasets_are_a_warning(tmp_path, capsys):
     collect([root])
     out = capsys.readouterr().out
     assert "report: warning: the runs use 2 datasets (fashionmnist, mnist); the comparison" in out
+
+
+def test_a_damaged_run_is_skipped_with_a_warning(study, capsys):
+    before = len(collect([study]))
+    damaged = _run(study, "damaged", ["seed=9"], _summary(0.5, 0.5, 0.5))
+    (damaged / "config.yaml").write_text("name: [\n")
+    assert len(collect([study])) == before
+    err = capsys.readouterr().err
+    assert f"report: warning: skipping {damaged.resolve()}: run config" in err
+    assert "is not valid YAML" in err

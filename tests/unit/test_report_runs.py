@@ -214,6 +214,24 @@ def test_torn_last_line_is_skipped(tmp_path):
     assert run.final["steps"] == 2 and len(run.records) == 2
 
 
+def test_lines_that_are_not_records_and_damaged_runs_are_skipped(tmp_path, capsys):
+    path = make_decentralized(tmp_path, "odd", epochs=2)
+    with open(path / "metrics.jsonl", "a") as fh:
+        fh.write('[1, 2]\n"text"\n')
+    (run,) = find_runs([path])
+    assert len(run.records) == 2
+    bad = make_decentralized(tmp_path, "bad", epochs=2)
+    (bad / "summary.json").write_text("{not json")
+    assert [r.path.name for r in find_runs([tmp_path])] == ["odd"]
+    err = capsys.readouterr().err
+    assert (
+        f"report: warning: skipping {bad.resolve()}: {bad.resolve()}/summary.json is not valid"
+        in err
+    )
+    with pytest.raises(ConfigError, match="summary.json is not valid JSON"):
+        find_runs([bad])  # nothing else to show: the reason is the error
+
+
 def test_write_runs_report_pngs_are_valid(mixed, tmp_path):
     root, single = mixed
     out = tmp_path / "rep"

@@ -1,0 +1,79 @@
+"""Strict YAML: a key given twice is an error; anchors give independent copies."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedsheaf import yamlio
+from fedsheaf.config import load_config, parse_override, read_yaml
+from fedsheaf.errors import ConfigError, GraphError
+from fedsheaf.graphs import load_graph
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_key_given_twice_is_an_error_naming_it_and_both_lines():
+    with pytest.raises(yaml.YAMLError) as err:
+        yamlio.load("train: {lr: 0.05}\nseed: 1\ntrain: {epochs: 7}\n")
+    assert yamlio.problem(err.value) == (
+        "line 3, column 1: while reading a mapping; found the key 'train' twice "
+        "(the first at line 1)"
+    )
+    with pytest.raises(yaml.YAMLError, match="found the key 'b' twice"):
+        yamlio.load("a:\n  - {b: 1, b: 2}\n")  # at any depth
+    # merged keys may be overridden: that is what a merge is for
+    assert yamlio.load("x: &x {k: 1, m: 2}\ny: {<<: *x, k: 3}\n") == {
+        "x": {"k": 1, "m": 2},
+        "y": {"k": 3, "m": 2},
+    }
+    assert yamlio.load("") is None and yamlio.load("# nothing\n") is None
+
+
+def test_anchors_give_independent_copies():
+    doc = yamlio.load("a: &v {k: [1, 2]}\nb: *v\nc: {<<: *v}\n")
+    assert doc["a"] == doc["b"] == doc["c"] == {"k": [1, 2]}
+    doc["b"]["k"][0] = 9
+    doc["c"]["k"].append(3)
+    assert doc["a"] == {"k": [1, 2]} and doc["b"] == {"k": [9, 2]} and doc["c"] == {"k": [1, 2, 3]}
+
+
+def test_bad_values_and_self_reference_are_reported_not_raised_raw():
+    for text, words in (
+        ("s: 2020-13-01\n", "bad value (month must be in 1..12)"),
+        ("v: !!float abc\n", "bad value (could not convert string to float: 'abc')"),
+    ):
+        with pytest.raises(yamlio.BAD_VALUE) as err:
+            yamlio.load(text)
+        assert yamlio.problem(err.value) == words
+    with pytest.raises(RecursionError) as rec:
+        yamlio.load("&a [*a]\n")
+    assert "refers to itself" in yamlio.problem(rec.value)
+
+
+def test_an_override_of_one_agent_leaves_agents_sharing_its_anchor_alone(tmp_path):
+    path = tmp_path / "anchor.yaml"
+    path.write_text(
+        f"name: a\ngraph: {REPO / 'graphs/quickstart.yaml'}\nagents:\n"
+        "  - &a {encoder: [8, 16], head: [16], classes: [0, 1, 2]}\n"
+        "  - {<<: *a, encoder: [12, 24]}\n  - *a\n  - *a\n"
+    )
+    cfg = load_config(path, ["agents[1].lr=0.5", "agents[2].classes[0]=9"])
+    assert [a.lr for a in cfg.agents] == [None, 0.5, None, None]
+    assert [a.classes for a in cfg.agents] == [[0, 1, 2], [0, 1, 2], [9, 1, 2], [0, 1, 2]]
+    assert [a.encoder for a in cfg.agents] == [[8, 16], [12, 24], [8, 16], [8, 16]]
+
+
+def test_configs_studies_and_graphs_refuse_keys_given_twice(tmp_path):
+    config = tmp_path / "dup.yaml"
+    config.write_text((REPO / "configs/quickstart.yaml").read_text() + "train: {epochs: 7}\n")
+    with pytest.raises(ConfigError, match=r"dup.yaml is not valid YAML: line \d+, .*'train' twice"):
+        load_config(config)
+    graph = tmp_path / "g.yaml"
+    graph.write_text("name: g\nnodes: [{dim: 2}, {dim: 2}]\nedges: [[0, 1]]\nedges: []\n")
+    with pytest.raises(GraphError, match="is not valid YAML .*'edges' twice"):
+        load_graph(graph)
+    with pytest.raises(ConfigError, match="override 'seed=2020-13-01': cannot parse value: bad"):
+        parse_override("seed=2020-13-01")
+    with pytest.raises(ConfigError, match="config file .* is a directory, not a file"):
+        read_yaml(tmp_path)
