@@ -300,6 +300,12 @@ class ExperimentConfig:
 
     def check(self, prefix: str) -> None:
         check_plain_name(self.name, "name")
+        run_name = self.run_name()
+        if self.output.name is None and len(run_name.encode("utf-8", "surrogatepass")) > 255:
+            raise ConfigError(
+                f"the run directory name <name>-<algorithm>-seed<seed> ({run_name[:40]!r}...) "
+                "is longer than 255 bytes; shorten config key 'name' or set output.name"
+            )
         if self.decentralized or self.hub_based:
             if self.graph is None:
                 raise ConfigError(f"algorithm {self.algorithm} needs config key 'graph'")

@@ -365,6 +365,8 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], comment: str | None =
 def load_graph(path: str | os.PathLike[str]) -> Graph:
     """Read and validate a graph file; any problem raises :class:`GraphError`."""
     where = f"graph file {path}"
+    if Path(path).exists() and not (Path(path).is_file() or Path(path).is_dir()):
+        raise GraphError(f"{where} is not a regular file (a pipe or device would block)")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -241,3 +241,6 @@ def test_a_run_name_must_fit_one_directory_name():
     assert load_config(QUICK, ["output.name=" + "é" * 127]).output.name == "é" * 127
     with pytest.raises(ConfigError, match="at most 255 bytes"):
         load_config(QUICK, ["output.name=" + "é" * 128])  # 256 bytes in UTF-8
+    with pytest.raises(ConfigError, match="run directory name <name>-<algorithm>-seed<seed>"):
+        load_config(QUICK, ["name=" + "a" * 250])  # fits alone, not with its suffix
+    assert load_config(QUICK, ["name=" + "a" * 250, "output.name=short"]).name == "a" * 250

@@ -1,5 +1,6 @@
 """Strict YAML: a key given twice is an error; anchors give independent copies."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,10 @@ def test_configs_studies_and_graphs_refuse_keys_given_twice(tmp_path):
         parse_override("seed=2020-13-01")
     with pytest.raises(ConfigError, match="config file .* is a directory, not a file"):
         read_yaml(tmp_path)
+
+
+def test_a_graph_path_that_is_not_a_regular_file_is_refused_not_read(tmp_path):
+    fifo = tmp_path / "g.yaml"
+    os.mkfifo(fifo)  # reading it would block until a writer came
+    with pytest.raises(GraphError, match="is not a regular file"):
+        load_graph(fifo)
