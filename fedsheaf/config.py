@@ -530,7 +530,7 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ex
         raise ConfigError(
             f"cannot resume {path}: no config.yaml there (not a fedsheaf run directory)"
         )
-    raw = apply_overrides(read_yaml(path / "config.yaml"), overrides or [])
+    raw = apply_overrides(read_run_config(path / "config.yaml"), overrides or [])
     for section in ("output", "checkpoint"):
         if not isinstance(raw.get(section) or {}, dict):
             raise ConfigError(f"{path / 'config.yaml'}: '{section}' must be a section")
@@ -585,51 +585,86 @@ def _resumable(key: str) -> bool:
     return any(pattern == k or (k.endswith(".") and pattern.startswith(k)) for k in RESUMABLE_KEYS)
 
 
-def resume_changes(saved: ExperimentConfig, cfg: ExperimentConfig) -> list[str]:
+def resume_changes(
+    saved: ExperimentConfig, cfg: ExperimentConfig, graph_copy: Path | None = None
+) -> list[str]:
     """``key (old -> new)`` for every setting ``cfg`` changes that a resume may not.
 
-    A changed ``graph`` path is accepted when both files can be read and are equal
-    (the run may be resumed from another directory).
+    ``graph_copy``: the run's copy of its graph file (:data:`GRAPH_COPY`), if it has one.
+    A changed ``graph`` path is accepted when it names the same graph as the old path
+    or the copy (the run may be resumed from another directory, or on its copy); with a
+    copy, a graph that differs from it is refused even under the same path (the file
+    was edited, or a relative path now names another file).
     """
     old, new = _flat(saved.to_dict()), _flat(cfg.to_dict())
+    copy = graph_copy if graph_copy is not None and graph_copy.is_file() else None
     changes = []
     for key in sorted(old.keys() | new.keys()):
         a, b = old.get(key), new.get(key)
+        if key == "graph" and b and copy is not None and (cfg.decentralized or cfg.hub_based):
+            if not same_graph(b, copy):
+                changes.append(
+                    f"graph file {b} (it is not the graph the run started with, kept as "
+                    f"{copy}: resume with graph={copy} to continue on that one)"
+                )
+            continue
         if a == b or _resumable(key):
             continue
-        if key == "graph" and a and b and _same_file(a, b):
+        if key == "graph" and a and b and same_graph(a, b):
             continue
         changes.append(f"{key} ({a!r} -> {b!r})")
     return changes
 
 
-def _same_file(a: str, b: str) -> bool:
+def same_graph(a: str | Path, b: str | Path) -> bool:
+    """Whether two graph files hold the same graph (nodes, dims, classes, edges; comments,
+    layout and name aside); False when either cannot be read."""
+    from fedsheaf.errors import GraphError
+    from fedsheaf.graphs import load_graph  # graphs imports results, which is below config
+
     try:
-        return Path(a).read_bytes() == Path(b).read_bytes()
-    except OSError:
+        ga, gb = load_graph(a), load_graph(b)
+    except GraphError:
         return False
+    return (ga.dims, ga.edges, ga.classes) == (gb.dims, gb.edges, gb.classes)
 
 
 #: The copy of its graph file a decentralized run keeps in its directory, so that a
 #: resume can check it trains on the same graph (paths may point elsewhere by then).
 GRAPH_COPY = "graph.yaml"
 
+#: Keys added after runs were first written, with the value a run config that lacks
+#: them was run with (``federated.distinct_classes``: the shard draw before it existed).
+LEGACY_DEFAULTS = {("federated", "distinct_classes"): True}
+
+
+def load_run_config(path: Path) -> ExperimentConfig:
+    """A run directory's ``config.yaml`` (:func:`read_run_config`), validated."""
+    try:
+        return build(ExperimentConfig, read_run_config(path))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def read_run_config(path: Path) -> dict[str, Any]:
+    """A run directory's ``config.yaml`` as a raw mapping, with :data:`LEGACY_DEFAULTS`
+    filled in where it predates a key (dump_config always writes every key)."""
+    raw = read_yaml(path, what="run config")
+    for (section, key), value in LEGACY_DEFAULTS.items():
+        part = raw.get(section)
+        if isinstance(part, dict) and key not in part:
+            part[key] = value
+    return raw
+
 
 def check_resume(run_dir: Path, cfg: ExperimentConfig) -> ExperimentConfig:
     """Refuse to resume ``run_dir`` (holding a config.yaml) under a different experiment;
     return the config it was saved with."""
     try:
-        saved = build(ExperimentConfig, read_yaml(run_dir / "config.yaml"))
+        saved = load_run_config(run_dir / "config.yaml")
     except ConfigError as exc:
         raise ConfigError(f"cannot resume {run_dir}: its config.yaml: {exc}") from None
-    changes = resume_changes(saved, cfg)
-    copy = run_dir / GRAPH_COPY
-    graph = cfg.graph if cfg.decentralized or cfg.hub_based else None
-    if graph is not None and copy.is_file() and not _same_file(graph, str(copy)):
-        changes.append(
-            f"graph file {graph} (its content differs from the graph the run started "
-            f"with, kept as {copy}: resume with graph={copy} to continue on that one)"
-        )
+    changes = resume_changes(saved, cfg, run_dir / GRAPH_COPY)
     if changes:
         allowed = ", ".join(
             k.rstrip(".") + ("*" if k.endswith(".") else "") for k in RESUMABLE_KEYS

@@ -51,6 +51,12 @@ def load_and_partition(cfg: ExperimentConfig) -> tuple[Dataset, Partition]:
         dc.pilot_fraction,
         n_classes=ds.n_classes,
     )
+    if part.pilots.size == 0:  # every method maps latents through the pilots
+        raise ConfigError(
+            f"the shared pilot set is empty: data.pilot_fraction={dc.pilot_fraction} of the "
+            "samples of the classes every agent observes rounds to 0 (the data set has "
+            f"{len(ds.y)} samples); raise data.pilot_fraction or data.limit"
+        )
     return ds, part
 
 

@@ -2,9 +2,12 @@
 
 Layout of a run directory::
 
-    config.yaml      the resolved config (after overrides)
-    metrics.jsonl    one JSON object per epoch/round (appended, flushed, fsynced)
-    summary.json     final numbers, written once at the end
+    config.yaml        the resolved config (after overrides)
+    graph.yaml         decentralized runs: a copy of the graph file (checked on resume)
+    metrics.jsonl      one JSON object per epoch/round (appended, flushed, fsynced)
+    summary.json       final numbers, written once at the end
+    summary.prev.json  while a finished run is trained longer: its earlier summary
+    checkpoints/       see fedsheaf.checkpoint
 """
 
 from __future__ import annotations
@@ -201,7 +204,7 @@ def read_json_object(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} does not hold a JSON object")
@@ -212,7 +215,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """All complete records of a metrics.jsonl file (a torn last line, or a line that is
     not a JSON object, is skipped)."""
     records = []
-    with open(path) as fh:
+    with open(path, errors="replace") as fh:  # a damaged line then fails as JSON
         for line in fh:
             try:
                 record = json.loads(line)

@@ -17,6 +17,7 @@ from fedsheaf.config import (
     check_resume,
     dump_config,
     load_config,
+    load_run_config,
     resume_changes,
     resume_config,
 )
@@ -132,6 +133,12 @@ def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
         saved = check_resume(path, cfg)
         if (path / "summary.json").exists():
             extend_finished(path, saved, cfg)
+    elif (path / "summary.json").exists():
+        raise ConfigError(
+            f"run directory {path} holds a finished run without its config.yaml, so it "
+            "cannot be resumed or extended; choose another output.name or pass "
+            "output.overwrite=true"
+        )
     return RunDir(path, cfg.output.overwrite, extend=cfg.checkpoint.resume)
 
 
@@ -173,7 +180,7 @@ def settle_config(run_dir: RunDir, cfg: ExperimentConfig) -> None:
     """
     path = run_dir.path
     if cfg.checkpoint.resume and (path / "summary.json").exists():
-        done, unit, _ = run_length(load_config(path / "config.yaml"))
+        done, unit, _ = run_length(load_run_config(path / "config.yaml"))
         (path / "summary.json").replace(path / PREVIOUS_SUMMARY)
         print(
             f"fedsheaf: extending the finished run {path} from {done} to "
@@ -181,9 +188,9 @@ def settle_config(run_dir: RunDir, cfg: ExperimentConfig) -> None:
             "until the new end)",
             flush=True,
         )
+    run_dir.write_config(dump_config(cfg))
     if cfg.graph is not None and (cfg.decentralized or cfg.hub_based):
         atomic_write_text(path / GRAPH_COPY, Path(cfg.graph).read_text(encoding="utf-8"))
-    run_dir.write_config(dump_config(cfg))
 
 
 #: What resuming reads: the newest complete checkpoint and this rank's state in it.
@@ -304,12 +311,12 @@ def finished_note(cfg: ExperimentConfig) -> str | None:
     if not (cfg.checkpoint.resume and (path / "summary.json").is_file()):
         return None
     try:
-        saved = load_config(path / "config.yaml")
+        saved = load_run_config(path / "config.yaml")
     except ConfigError:
         return None  # open_run_dir says what is wrong
     done, unit, key = run_length(saved)
     wanted = run_length(cfg)[0]
-    if resume_changes(saved, cfg) or wanted > done:
+    if resume_changes(saved, cfg, path / GRAPH_COPY) or wanted > done:
         return None  # another experiment (open_run_dir says so), or to be trained longer
     asked = "" if wanted == done else f", more than the {wanted} asked for"
     return (

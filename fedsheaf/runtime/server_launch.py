@@ -136,10 +136,26 @@ class Rounds:
                 f"the checkpoint's shared vector has {state['w'].numel()} values, "
                 f"this model shares {self.size}"
             )
+        if self.star.is_server:
+            self._check_history(state["history"])
         self.runner.load_state_dict(state["runner"])
         self.rounds_done, self._resumed = rounds_done, state
         if self.star.is_server:
             self.history = list(state["history"])
+
+    def _check_history(self, history: list[dict[str, Any]]) -> None:
+        """Refuse a checkpoint whose rounds trained another number of clients than this
+        algorithm does (a Local run begun when Local still sampled its clients)."""
+        per_round = n_selected(self.fc.clients, self.runner.algorithm.participation())
+        for record in history:
+            trained = len(record.get("selected", []))
+            if not record.get("final") and trained != per_round:
+                raise ConfigError(
+                    f"cannot resume: round {record['round']} of this run trained "
+                    f"{count(trained, 'client')}, but {self.cfg.algorithm} trains "
+                    f"{per_round} per round (Local trains every client since fedsheaf "
+                    "stopped sampling for it); start the run over with output.overwrite=true"
+                )
 
     def _resume(self, w: np.ndarray) -> np.ndarray:
         """The checkpoint's shared vector on every rank; byte counters as they were."""

@@ -184,7 +184,7 @@ def parse_ufm_config(raw: Any, source: str = "<config>") -> UFMConfig:
 
 
 def load_ufm_config(path: str | Path) -> UFMConfig:
-    """Read and validate a UFM config file (``yaml.safe_load``)."""
+    """Read and validate a UFM config file (strict YAML, :func:`fedsheaf.yamlio.load`)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -74,10 +74,19 @@ def test_resume_guards_and_fallback(tmp_path):
     assert ring != Path("graphs/quick4.yaml").read_text()
     (away / "graphs" / "quick4.yaml").write_text(ring)
     line = _one_error(_run(tmp_path, "--resume", str(cut), "train.epochs=4", cwd=away))
-    assert (
-        f"its content differs from the graph the run started with, kept as {cut}/graph.yaml" in line
-    )
+    assert f"it is not the graph the run started with, kept as {cut}/graph.yaml" in line
     assert f"resume with graph={cut / 'graph.yaml'}" in line
+    # ... and that advice works (the copy is the run's graph): here, nothing left to do
+    proc = _run(tmp_path, "--resume", str(cut), f"graph={cut / 'graph.yaml'}", cwd=away)
+    assert proc.returncode == 0 and "has already finished its 3 epochs" in proc.stdout
+    # a finished run that lost its config.yaml: refused before anything is touched
+    nocfg = tmp_path / "nocfg"
+    shutil.copytree(cut, nocfg)
+    (nocfg / "config.yaml").unlink()
+    args = [quick, out, "output.name=nocfg", "train.epochs=4", "checkpoint.resume=true"]
+    line = _one_error(_run(tmp_path, *args, *COMMON))
+    assert "holds a finished run without its config.yaml" in line
+    assert (nocfg / "metrics.jsonl").read_bytes() == (cut / "metrics.jsonl").read_bytes()
 
     # a refused extension leaves the finished run as it was
     kept = {f: (cut / f).read_bytes() for f in ("summary.json", "config.yaml", "metrics.jsonl")}
@@ -95,10 +104,12 @@ def test_resume_guards_and_fallback(tmp_path):
         assert {f: (run / f).read_bytes() for f in kept} == kept
         assert not (run / "summary.prev.json").exists()
     # and so does a replacement that fails before training (an empty pilot set)
-    proc = _run(tmp_path, quick, out, "output.name=cut", "train.epochs=3", *COMMON,
-                "output.overwrite=true", "data.pilot_fraction=0.0001")  # fmt: skip
-    assert proc.returncode != 0 and "the shared pilot set is empty" in proc.stderr
-    assert {f: (cut / f).read_bytes() for f in kept} == kept
+    for algorithm in ("sheaf_frl", "noncoop"):
+        proc = _run(tmp_path, quick, out, "output.name=cut", "train.epochs=3", *COMMON,
+                    "output.overwrite=true", "data.pilot_fraction=0.0001",
+                    f"algorithm={algorithm}")  # fmt: skip
+        assert "the shared pilot set is empty: data.pilot_fraction=0.0001" in _one_error(proc)
+        assert {f: (cut / f).read_bytes() for f in kept} == kept
 
     # trained longer, while its newest checkpoint is damaged on one rank: from the one before
     torn = cut / "checkpoints" / "epoch-0003" / "rank-2.pt"

@@ -13,6 +13,7 @@ heads follow them); balanced and static placement must give the same metrics.
 import json
 
 import pytest
+import torch
 import yaml
 
 from fedsheaf.algorithms.federated.protocol import place_clients
@@ -192,6 +193,14 @@ def test_local_trains_every_client_every_round_and_shares_nothing(mpirun, tmp_pa
         assert not any(k.startswith("params") and v for k, v in r["bytes"].items())
     summary = json.loads((tmp_path / "runs" / "local" / "summary.json").read_text())
     assert summary["shared_params"] == 0 and summary["final_acc"] is None
+    # a Local run begun when Local sampled its clients is not continued differently
+    server_file = tmp_path / "runs" / "local" / "checkpoints" / "epoch-0002" / "rank-0.pt"
+    state = torch.load(server_file, weights_only=True)
+    state["history"][0]["selected"] = [0, 4, 7]
+    torch.save(state, server_file)
+    proc = _run(mpirun, 3, "--resume", str(tmp_path / "runs" / "local"), "federated.rounds=3")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "round 1 of this run trained 3 clients, but local trains 10 per round" in proc.stderr
 
 
 @pytest.mark.parametrize(

@@ -244,3 +244,32 @@ def test_a_run_name_must_fit_one_directory_name():
     with pytest.raises(ConfigError, match="run directory name <name>-<algorithm>-seed<seed>"):
         load_config(QUICK, ["name=" + "a" * 250])  # fits alone, not with its suffix
     assert load_config(QUICK, ["name=" + "a" * 250, "output.name=short"]).name == "a" * 250
+
+
+def test_a_run_config_written_before_a_key_existed_reads_as_it_ran(tmp_path):
+    from fedsheaf.config import check_resume
+
+    fedrep = REPO / "configs" / "fedrep_fmnist_100c2.yaml"
+    run = tmp_path / "old"
+    run.mkdir()
+    raw = yaml.safe_load(dump_config(load_config(fedrep, [f"output.dir={tmp_path}"])))
+    del raw["federated"]["distinct_classes"]  # as fedsheaf wrote it before the key
+    (run / "config.yaml").write_text(yaml.safe_dump(raw))
+    assert resume_config(run).federated.distinct_classes is True  # the draw it ran with
+    cfg = load_config(fedrep, [f"output.dir={tmp_path}", "output.name=old"])
+    with pytest.raises(ConfigError, match=r"federated.distinct_classes \(True -> False\)"):
+        check_resume(run, cfg)
+    assert check_resume(run, resume_config(run)).federated.distinct_classes is True
+
+
+def test_same_graph_looks_at_the_graph_not_the_text(tmp_path):
+    from fedsheaf.config import same_graph
+
+    text = (REPO / "graphs" / "quick4.yaml").read_text()
+    commented = tmp_path / "a.yaml"
+    commented.write_text("# rebuilt\n" + text.replace("name: quick4", "name: other"))
+    fewer = tmp_path / "b.yaml"
+    fewer.write_text(text.replace("  - [0, 2]\n", ""))
+    assert same_graph(REPO / "graphs" / "quick4.yaml", commented)
+    assert not same_graph(REPO / "graphs" / "quick4.yaml", fewer)
+    assert not same_graph(REPO / "graphs" / "quick4.yaml", tmp_path / "missing.yaml")
