@@ -634,8 +634,9 @@ def same_graph(a: str | Path, b: str | Path) -> bool:
 GRAPH_COPY = "graph.yaml"
 
 #: Keys added after runs were first written, with the value a run config that lacks
-#: them was run with (``federated.distinct_classes``: the shard draw before it existed).
-LEGACY_DEFAULTS = {("federated", "distinct_classes"): True}
+#: them was run with, for the algorithms that read them (``federated.distinct_classes``:
+#: the shard draw of server-based runs before it existed).
+LEGACY_DEFAULTS = {("federated", "distinct_classes"): (True, SERVER_BASED)}
 
 
 def load_run_config(path: Path) -> ExperimentConfig:
@@ -650,9 +651,9 @@ def read_run_config(path: Path) -> dict[str, Any]:
     """A run directory's ``config.yaml`` as a raw mapping, with :data:`LEGACY_DEFAULTS`
     filled in where it predates a key (dump_config always writes every key)."""
     raw = read_yaml(path, what="run config")
-    for (section, key), value in LEGACY_DEFAULTS.items():
+    for (section, key), (value, algorithms) in LEGACY_DEFAULTS.items():
         part = raw.get(section)
-        if isinstance(part, dict) and key not in part:
+        if isinstance(part, dict) and key not in part and raw.get("algorithm") in algorithms:
             part[key] = value
     return raw
 

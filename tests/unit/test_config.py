@@ -260,6 +260,13 @@ def test_a_run_config_written_before_a_key_existed_reads_as_it_ran(tmp_path):
     with pytest.raises(ConfigError, match=r"federated.distinct_classes \(True -> False\)"):
         check_resume(run, cfg)
     assert check_resume(run, resume_config(run)).federated.distinct_classes is True
+    # a decentralized run never read the key: its old config resumes under a new one
+    quick = load_config(QUICK, [f"output.dir={tmp_path}", "output.name=dec"])
+    raw = yaml.safe_load(dump_config(quick))
+    del raw["federated"]["distinct_classes"]
+    (tmp_path / "dec").mkdir()
+    (tmp_path / "dec" / "config.yaml").write_text(yaml.safe_dump(raw))
+    assert check_resume(tmp_path / "dec", quick).federated.distinct_classes is False
 
 
 def test_same_graph_looks_at_the_graph_not_the_text(tmp_path):
