@@ -59,7 +59,9 @@ def test_resume_may_change_length_places_and_step_size_only(tmp_path):
     copy = tmp_path / "quick4.yaml"
     copy.write_text(open(saved.graph).read())  # the same graph file, found elsewhere
     assert resume_changes(saved, load_config(QUICK, [f"graph={copy}"])) == []
-    copy.write_text(open(saved.graph).read() + "# edited\n")
+    copy.write_text(open(saved.graph).read() + "# edited\n")  # a comment: the same graph
+    assert resume_changes(saved, load_config(QUICK, [f"graph={copy}"])) == []
+    copy.write_text(open(saved.graph).read().replace("  - [0, 2]\n", ""))  # an edge less
     assert resume_changes(saved, load_config(QUICK, [f"graph={copy}"]))[0].startswith("graph (")
     assert "seed: 0" in dump_config(saved)
 
