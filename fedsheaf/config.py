@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from fedsheaf import yamlio
-from fedsheaf.errors import ConfigError
+from fedsheaf.errors import ConfigError, GraphError
+from fedsheaf.graphs import load_graph
 from fedsheaf.schema import build, spec, to_dict
 
 DATASETS = ("digits", "mnist", "fashionmnist", "cifar10")
@@ -619,9 +620,6 @@ def resume_changes(
 def same_graph(a: str | Path, b: str | Path) -> bool:
     """Whether two graph files hold the same graph (nodes, dims, classes, edges; comments,
     layout and name aside); False when either cannot be read."""
-    from fedsheaf.errors import GraphError
-    from fedsheaf.graphs import load_graph  # graphs imports results, which is below config
-
     try:
         ga, gb = load_graph(a), load_graph(b)
     except GraphError:
