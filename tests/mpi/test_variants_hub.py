@@ -120,6 +120,18 @@ def test_fedproto_and_fedmuscle_with_a_server_rank_and_resume(tmp_path):
     assert "error (rank 1): agent 0: checkpoint does not fit" in proc.stderr  # world rank
     assert "Traceback" not in proc.stderr
     assert checkpoint.latest(fedproto, 4).epoch == EPOCHS  # left as it was
+    # a finished hub run trained longer: the job (server included) continues from its
+    # last checkpoint; the summary stays until every rank has read it
+    muscle = tmp_path / "runs" / "fedmuscle-cut"
+    before = untimed(read_metrics(muscle / "metrics.jsonl"))
+    proc = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(muscle), "train.epochs=4"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"extending the finished run {muscle} from 3 to 4 epochs" in proc.stdout
+    after = untimed(read_metrics(muscle / "metrics.jsonl"))
+    assert after[:EPOCHS] == before and [r["epoch"] for r in after] == [1, 2, 3, 4]
+    assert json.loads((muscle / "summary.json").read_text())["epoch"] == 4
+    assert not (muscle / "summary.prev.json").exists() and (muscle / "graph.yaml").is_file()
+    assert checkpoint.latest(muscle, 4).epoch == 4
     # traffic with the server, per agent and epoch: FedProto sends its class sums + counts
     # (C x (D+1) float32); FedMuscle's epochs 1 and 3 are task-only, epoch 2 aligns and
     # sends K x D pilot latents per step
