@@ -146,14 +146,14 @@ class Rounds:
     def _check_history(self, history: list[dict[str, Any]]) -> None:
         """Refuse a checkpoint whose rounds trained another number of clients than this
         algorithm does (a Local run begun when Local still sampled its clients)."""
-        per_round = n_selected(self.fc.clients, self.runner.algorithm.participation())
+        expected = per_round(self.cfg)
         for record in history:
             trained = len(record.get("selected", []))
-            if not record.get("final") and trained != per_round:
+            if not record.get("final") and trained != expected:
                 raise ConfigError(
                     f"cannot resume: round {record['round']} of this run trained "
                     f"{count(trained, 'client')}, but {self.cfg.algorithm} trains "
-                    f"{per_round} per round (Local trains every client since fedsheaf "
+                    f"{expected} per round (Local trains every client since fedsheaf "
                     "stopped sampling for it); start the run over with output.overwrite=true"
                 )
 
@@ -177,7 +177,7 @@ class Rounds:
         """Rounds ``rounds_done+1 .. rounds`` (then the final round); ``after_round(t)``
         runs on every rank once round ``t`` is recorded (the checkpoint hook)."""
         fc, star, server = self.fc, self.star, self.star.is_server
-        fraction = self.runner.algorithm.participation()
+        fraction, selected = self.runner.algorithm.participation(), per_round(self.cfg)
         init = self.runner.shared.flatten(self.runner.model)
         w = star.bcast(init, "params")  # everyone starts from the server's parameters
         self._setup(w)
@@ -189,7 +189,7 @@ class Rounds:
             sel = star.bcast(
                 sample_clients(fc.clients, fraction, self.cfg.seed, t)
                 if server
-                else np.empty(n_selected(fc.clients, fraction), dtype=np.int64),
+                else np.empty(selected, dtype=np.int64),
                 "control",
             )
             where, mine, updates = self._train(sel, w, t)
@@ -391,7 +391,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         f"{count(star.n_workers, 'worker rank')} (up to {per_rank} per rank), "
         f"{placed}, "
         f"{task.describe()}, "
-        f"{count(n_selected(fc.clients, algorithm.participation()), 'client')} per round, "
+        f"{count(per_round(cfg), 'client')} per round, "
         f"{count(fc.rounds, 'round')}; "
         f"{algorithm.describe()}; {runner.shared.size} shared parameters "
         f"({human_bytes(runner.shared.nbytes, compact=True)}); "
@@ -430,11 +430,16 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     return summary
 
 
+def per_round(cfg: ExperimentConfig) -> int:
+    """How many clients train in each round of this run (every one for Local)."""
+    fc = cfg.federated
+    return n_selected(fc.clients, FEDERATED[cfg.algorithm](fc).participation())
+
+
 def moves(cfg: ExperimentConfig, n_workers: int) -> bool:
     """Whether this run's placement may train a client away from its home rank."""
     fc = cfg.federated
-    per_round = n_selected(fc.clients, FEDERATED[cfg.algorithm](fc).participation())
-    return moves_clients(fc.placement, n_workers, fc.clients, per_round)
+    return moves_clients(fc.placement, n_workers, fc.clients, per_round(cfg))
 
 
 def build_runner(cfg: ExperimentConfig, world: World, task: Task, star: Star) -> ClientRunner:
