@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -92,6 +93,75 @@ def run_mpi(
             break
         print(f"run_mpi: mpiexec failed to start the job (attempt {attempt}):\n{proc.stderr}")
     return proc
+
+
+class BackgroundMpi:
+    """``python args...`` on ``n`` real MPI ranks, started in the background with its output
+    in ``log``, for tests that launch several jobs at once or act on a job while it runs.
+
+    As :func:`run_mpi` does, a job that mpiexec failed to start in a known transient way is
+    started once more; :meth:`poll` notices this and restarts it. Concurrent launches are
+    where Open MPI 5's sporadic start failures occur most here.
+    """
+
+    def __init__(
+        self,
+        n: int,
+        args: list[str],
+        log: Path,
+        env: dict[str, str] | None = None,
+        new_session: bool = False,
+        mpiexec: Path = MPIEXEC,
+    ) -> None:
+        if not mpiexec.exists():
+            pytest.skip(f"mpiexec not found at {mpiexec}")
+        self.command = mpi_command(n, args, mpiexec)
+        self.log = log
+        self.env = env or mpi_env()
+        self.new_session = new_session
+        self.starts = 0
+        self._start()
+
+    def _start(self) -> None:
+        self.starts += 1
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen(
+                self.command,
+                cwd=REPO,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=self.new_session,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def poll(self) -> int | None:
+        """The job's exit status, or None while it runs (or has just been restarted)."""
+        code = self.proc.poll()
+        if code not in (None, 0) and self.starts == 1 and failed_to_start(self.output()):
+            print(f"BackgroundMpi: mpiexec failed to start the job:\n{self.output()}")
+            self._start()
+            return None
+        return code
+
+    def wait(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds in all for the job (and a restart) to end."""
+        deadline = time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise subprocess.TimeoutExpired(self.command, timeout)
+            try:
+                self.proc.wait(timeout=min(remaining, 1.0))
+            except subprocess.TimeoutExpired:
+                pass
+        return code
 
 
 @pytest.fixture

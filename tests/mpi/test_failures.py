@@ -15,7 +15,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -23,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from fedsheaf import checkpoint
-from tests.conftest import MPIEXEC, REPO, mpi_command, mpi_env, run_mpi
+from tests.conftest import MPIEXEC, BackgroundMpi, run_mpi
 
 pytestmark = pytest.mark.mpi
 
@@ -56,38 +55,32 @@ def test_lost_rank_and_diverged_agent_stop_the_job(tmp_path):
         pytest.skip(f"mpiexec not found at {MPIEXEC}")
     name = f"lost-{uuid.uuid4().hex[:12]}"  # unique command line, to find the ranks
     run = tmp_path / name
-    cmd = mpi_command(
-        4,
-        [
-            "-m",
-            "fedsheaf",
-            "run",
-            "configs/quickstart.yaml",
-            f"output.dir={tmp_path}",
-            f"output.name={name}",
-            "train.epochs=500",
-            "train.steps_per_epoch=3",
-        ],
-    )
-    with open(tmp_path / "out.txt", "w") as log:
-        proc = subprocess.Popen(
-            cmd, cwd=REPO, env=mpi_env(), stdout=log, stderr=log, start_new_session=True
-        )
-        try:
-            deadline = time.monotonic() + 150
-            while (checkpoint.latest(run, 4) or checkpoint.Checkpoint(run, 0, 4)).epoch < 2:
-                assert proc.poll() is None and time.monotonic() < deadline, "no checkpoint"
-                time.sleep(0.05)
-            victim = _rank_pids(f"output.name={name}", proc.pid)[-1]
-            os.kill(victim, signal.SIGKILL)
-            killed = time.monotonic()
-            code = proc.wait(timeout=60)
-            assert time.monotonic() - killed < 30
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    out = (tmp_path / "out.txt").read_text()
+    args = [
+        "-m",
+        "fedsheaf",
+        "run",
+        "configs/quickstart.yaml",
+        f"output.dir={tmp_path}",
+        f"output.name={name}",
+        "train.epochs=500",
+        "train.steps_per_epoch=3",
+    ]
+    job = BackgroundMpi(4, args, tmp_path / "out.txt", new_session=True)
+    try:
+        deadline = time.monotonic() + 150
+        while (checkpoint.latest(run, 4) or checkpoint.Checkpoint(run, 0, 4)).epoch < 2:
+            assert job.poll() is None and time.monotonic() < deadline, "no checkpoint"
+            time.sleep(0.05)
+        victim = _rank_pids(f"output.name={name}", job.pid)[-1]
+        os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
+        code = job.proc.wait(timeout=60)
+        assert time.monotonic() - killed < 30
+    finally:
+        if job.proc.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.proc.wait()
+    out = job.output()
     assert code != 0
     assert f"PID {victim}" in out and "signal 9" in out, out[-2000:]
     epoch = _assert_intact(run, 2)

@@ -6,12 +6,13 @@ import json
 import shlex
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import MPIEXEC, REPO, mpi_env, run_mpi
+from tests.conftest import MPIEXEC, REPO, BackgroundMpi, mpi_env, run_mpi
 
 pytestmark = pytest.mark.mpi
 
@@ -51,15 +52,20 @@ def _study(tmp_path: Path) -> Path:
 def _mpiexec_failing_first(tmp_path: Path, failures: int = 1) -> tuple[Path, Path]:
     """An mpiexec that fails its first ``failures`` starts as Open MPI sporadically does
     (message, exit 213, nothing run), then is the real one; it counts its calls in a
-    file."""
+    file. Each failure is claimed by an atomic mkdir, so that calls made at once cannot
+    both take (or both miss) one."""
     calls = tmp_path / "calls"
+    claims = tmp_path / f"failures-{uuid.uuid4().hex[:8]}"
+    claims.mkdir()
     wrapper = tmp_path / "mpiexec"
     wrapper.write_text(
         "#!/usr/bin/env bash\n"
         f'echo x >> "{calls}"\n'
-        f'if [ "$(wc -l < "{calls}")" -le {failures} ]; then\n'
-        f"  printf '%s\\n' {shlex.quote(PMIX_FAILURE)} >&2; exit 213\n"
-        "fi\n"
+        f"for i in $(seq {failures}); do\n"
+        f'  if mkdir "{claims}/$i" 2>/dev/null; then\n'
+        f"    printf '%s\\n' {shlex.quote(PMIX_FAILURE)} >&2; exit 213\n"
+        "  fi\n"
+        "done\n"
         f'exec {shlex.quote(str(MPIEXEC))} "$@"\n'
     )
     wrapper.chmod(0o755)
@@ -117,6 +123,7 @@ def test_the_suites_launcher_retries_a_failed_start_once(tmp_path):
     assert len(calls.read_text().splitlines()) == 2
 
     calls.unlink()  # the program's own failure after a retried start is the test's to see
+    wrapper, calls = _mpiexec_failing_first(tmp_path)
     proc = run_mpi(1, ["-c", "import sys; sys.exit(5)"], mpiexec=wrapper)
     assert proc.returncode not in (0, 213) and len(calls.read_text().splitlines()) == 2
 
@@ -125,3 +132,25 @@ def test_the_suites_launcher_retries_a_failed_start_once(tmp_path):
     proc = run_mpi(1, ["-c", "pass"], mpiexec=wrapper)
     assert proc.returncode == 213 and "listener thread failed" in proc.stderr
     assert len(calls.read_text().splitlines()) == 2
+
+
+def test_the_suites_background_launcher_restarts_a_failed_start_once(tmp_path):
+    """Jobs started side by side (where Open MPI 5 fails to start one most often here)."""
+    wrapper, calls = _mpiexec_failing_first(tmp_path)
+    hello = ["-c", "from mpi4py import MPI; print('rank', MPI.COMM_WORLD.Get_rank())"]
+    jobs = [BackgroundMpi(2, hello, tmp_path / f"{i}.log", mpiexec=wrapper) for i in range(2)]
+    assert [job.wait(timeout=120) for job in jobs] == [0, 0]
+    assert sorted(job.starts for job in jobs) == [1, 2]
+    assert all(sorted(job.output().split()) == ["0", "1", "rank", "rank"] for job in jobs)
+    assert len(calls.read_text().splitlines()) == 3
+
+    calls.unlink()  # the program's own failure is the test's to see, and is not restarted
+    wrapper, calls = _mpiexec_failing_first(tmp_path)
+    job = BackgroundMpi(1, ["-c", "import sys; sys.exit(5)"], tmp_path / "5.log", mpiexec=wrapper)
+    assert job.wait(timeout=120) not in (0, 213) and job.starts == 2
+
+    calls.unlink()
+    wrapper, calls = _mpiexec_failing_first(tmp_path, failures=2)  # once more, not more
+    job = BackgroundMpi(1, ["-c", "pass"], tmp_path / "f.log", mpiexec=wrapper)
+    assert job.wait(timeout=120) == 213 and "listener thread failed" in job.output()
+    assert job.starts == 2 and len(calls.read_text().splitlines()) == 2

@@ -5,22 +5,21 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from fedsheaf.results import read_metrics
-from tests.conftest import MPIEXEC, REPO, mpi_command, mpi_env, run_mpi, untimed
+from tests.conftest import MPIEXEC, BackgroundMpi, run_mpi, untimed
 
 pytestmark = pytest.mark.mpi
 EPOCHS = 30
 COMMON = ["train.steps_per_epoch=3", f"train.epochs={EPOCHS}", "seed=5"]
 
 
-def _command(out: Path, *args: str) -> list[str]:
-    return mpi_command(4, ["-m", "fedsheaf", "run", *args, f"output.dir={out}", *COMMON])
+def _args(out: Path, name: str) -> list[str]:
+    return ["-m", "fedsheaf", "run", "configs/quickstart.yaml", name, f"output.dir={out}", *COMMON]
 
 
 def _manifest_epoch(run: Path) -> int:
@@ -33,24 +32,11 @@ def _manifest_epoch(run: Path) -> int:
 def test_killed_run_resumes_to_the_same_numbers(tmp_path):
     if not MPIEXEC.exists():
         pytest.skip(f"mpiexec not found at {MPIEXEC}")
-    env = mpi_env()
     # the reference and the run to be killed start together (startup dominates on 2 cores)
-    ref = subprocess.Popen(
-        _command(tmp_path, "configs/quickstart.yaml", "output.name=ref"),
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    ref = BackgroundMpi(4, _args(tmp_path, "output.name=ref"), tmp_path / "ref.log")
     cut_dir = tmp_path / "cut"
-    cut = subprocess.Popen(
-        _command(tmp_path, "configs/quickstart.yaml", "output.name=cut"),
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    cut = BackgroundMpi(
+        4, _args(tmp_path, "output.name=cut"), tmp_path / "cut.log", new_session=True
     )
     deadline = time.monotonic() + 150
     try:
@@ -59,9 +45,9 @@ def test_killed_run_resumes_to_the_same_numbers(tmp_path):
             time.sleep(0.02)
         os.killpg(cut.pid, signal.SIGKILL)  # preemption: the whole job dies at once
     finally:
-        cut.wait(timeout=30)
-        out, err = ref.communicate(timeout=240)
-    assert ref.returncode == 0, err
+        cut.proc.wait(timeout=30)
+        code = ref.wait(timeout=240)
+    assert code == 0, ref.output()
     assert not (cut_dir / "summary.json").exists(), "the run finished before it was killed"
     killed_at = _manifest_epoch(cut_dir)
     assert 2 <= killed_at < EPOCHS

@@ -14,14 +14,14 @@ summary. Resuming it must rewrite metrics.jsonl and end exactly as the reference
 from __future__ import annotations
 
 import json
-import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
 
 from fedsheaf import checkpoint
 from fedsheaf.results import read_metrics
-from tests.conftest import MPIEXEC, REPO, mpi_command, mpi_env, run_mpi, untimed
+from tests.conftest import MPIEXEC, BackgroundMpi, run_mpi, untimed
 
 pytestmark = pytest.mark.mpi
 ROUNDS, CUT, NP = 6, 3, 3
@@ -80,23 +80,15 @@ def _config(tmp_path, cfg):
     return path
 
 
-def _run_together(*runs: list[str]) -> None:
+def _run_together(tmp_path: Path, *runs: list[str]) -> None:
     """``fedsheaf run ARGS`` for each ARGS, all at once on NP ranks each; all must succeed
     (startup dominates these runs on 2 cores)."""
-    procs = [
-        subprocess.Popen(
-            mpi_command(NP, ["-m", "fedsheaf", "run", *args]),
-            cwd=REPO,
-            env=mpi_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for args in runs
+    jobs = [
+        BackgroundMpi(NP, ["-m", "fedsheaf", "run", *args], tmp_path / f"together-{i}.log")
+        for i, args in enumerate(runs)
     ]
-    for proc in procs:
-        _, err = proc.communicate(timeout=240)
-        assert proc.returncode == 0, err
+    for job in jobs:
+        assert job.wait(timeout=240) == 0, job.output()
 
 
 @pytest.mark.parametrize("make", [_fedrep, _head_fedavg], ids=["fedrep", "head_fedavg"])
@@ -106,6 +98,7 @@ def test_resumed_server_run_matches_an_uninterrupted_one(tmp_path, fmnist_root, 
     cfg = _config(tmp_path, make(fmnist_root))
     runs = tmp_path / "runs"
     _run_together(
+        tmp_path,
         [str(cfg), "output.name=ref", "checkpoint.every=0"],
         [str(cfg), "output.name=cut", f"checkpoint.every={CUT}"],
     )
@@ -140,6 +133,7 @@ def test_a_finished_server_run_trained_longer_is_the_longer_run(tmp_path, fmnist
     cfg = _config(tmp_path, make(fmnist_root))
     runs = tmp_path / "runs"
     _run_together(
+        tmp_path,
         [str(cfg), "output.name=short", "federated.rounds=2"],
         [str(cfg), "output.name=long", "federated.rounds=3", "checkpoint.every=0"],
     )
