@@ -25,8 +25,12 @@ BAD_VALUE = (ValueError, TypeError, OverflowError)
 _MERGE = "tag:yaml.org,2002:merge"
 
 
-def _check_keys(node: yaml.Node, seen: set[int]) -> None:
-    """Refuse a mapping that names one key twice (merged keys may be overridden)."""
+def _check_keys(loader: yaml.SafeLoader, node: yaml.Node, seen: set[int]) -> None:
+    """Refuse a mapping that names one key twice (merged keys may be overridden).
+
+    Keys are compared by the value they build, as the mapping would be, so ``yes`` and
+    ``true`` (or ``1`` and ``0x1``) are one key spelled twice.
+    """
     stack = [node]
     while stack:
         n = stack.pop()
@@ -34,20 +38,23 @@ def _check_keys(node: yaml.Node, seen: set[int]) -> None:
             continue
         seen.add(id(n))
         if isinstance(n, yaml.MappingNode):
-            keys: dict[tuple[str, str], yaml.Node] = {}
+            keys: dict[Any, yaml.Node] = {}
             for key, value in n.value:
                 stack += [key, value]
                 if key.tag == _MERGE or not isinstance(key, yaml.ScalarNode):
                     continue
-                if (key.tag, key.value) in keys:
+                built = loader.construct_object(key)
+                if built in keys:
+                    first = keys[built]
+                    spelled = "" if first.value == key.value else f", as {first.value!r}"
                     raise yaml.constructor.ConstructorError(
                         "while reading a mapping",
                         n.start_mark,
                         f"found the key {key.value!r} twice (the first at line "
-                        f"{keys[key.tag, key.value].start_mark.line + 1})",
+                        f"{first.start_mark.line + 1}{spelled})",
                         key.start_mark,
                     )
-                keys[key.tag, key.value] = key
+                keys[built] = key
         elif isinstance(n, yaml.SequenceNode):
             stack += n.value
 
@@ -73,7 +80,7 @@ def load(text: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_keys(node, set())
+        _check_keys(loader, node, set())
         return _unshared(loader.construct_document(node))
     finally:
         loader.dispose()

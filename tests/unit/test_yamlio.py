@@ -31,6 +31,20 @@ def test_a_key_given_twice_is_an_error_naming_it_and_both_lines():
     assert yamlio.load("") is None and yamlio.load("# nothing\n") is None
 
 
+def test_one_key_spelled_two_ways_is_given_twice():
+    """Keys are compared as the mapping would hold them, not by their text."""
+    for text, spelled in (
+        ("yes: 1\ntrue: 2\n", "'true' twice (the first at line 1, as 'yes')"),
+        ("1: a\n0x1: b\n", "'0x1' twice (the first at line 1, as '1')"),
+        ("null: 1\n~: 2\n", "'~' twice (the first at line 1, as 'null')"),
+    ):
+        with pytest.raises(yaml.YAMLError) as err:
+            yamlio.load(text)
+        assert yamlio.problem(err.value).endswith(spelled)
+    # the same text under different tags is two keys, as it is to yaml.safe_load
+    assert yamlio.load("'1': a\n1: b\n") == {"1": "a", 1: "b"}
+
+
 def test_anchors_give_independent_copies():
     doc = yamlio.load("a: &v {k: [1, 2]}\nb: *v\nc: {<<: *v}\n")
     assert doc["a"] == doc["b"] == doc["c"] == {"k": [1, 2]}
