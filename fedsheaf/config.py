@@ -184,7 +184,9 @@ class FederatedConfig:
     finetune_epochs: int = spec(10, lo=0, doc="final local head fine-tuning")
     weighted: bool = spec(True, doc="average weighted by sample count")
     eval_last: int = spec(
-        10, lo=1, doc="score = mean local test accuracy, last N rounds (all, when fewer)"
+        10,
+        lo=1,
+        doc="score = mean local test accuracy, last N rounds (all, when fewer; FedAvg+FT: final)",
     )
     eval_every: int = spec(1, lo=1, doc="evaluate every N rounds (the last eval_last always)")
     augment: bool = spec(False, doc="random crop + horizontal flip (CIFAR-10)")
