@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,8 +18,9 @@ from hypothesis import settings
 from fedsheaf.hostinfo import failed_to_start, find_mpiexec
 
 # Property tests explore random examples on a developer's machine; under CI they replay a
-# fixed set, so that a landing never depends on the examples drawn that day.
-settings.register_profile("ci", derandomize=True)
+# fixed set, so that a landing never depends on the examples drawn that day, with no
+# per-example deadline (a loaded machine may stall any one example).
+settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
@@ -95,6 +99,28 @@ def run_mpi(
     return proc
 
 
+def process_state(pid: int) -> tuple[str, int] | None:
+    """``(state, session id)`` of process ``pid`` from /proc, or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        # the fields after "(comm)": state ppid pgrp session ...
+        state, _, _, session = stat[stat.rindex(")") + 2 :].split()[:4]
+        return state, int(session)
+    except (OSError, ValueError):
+        return None
+
+
+def live_session(sid: int) -> list[int]:
+    """The processes of session ``sid`` that are not zombies."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            found = process_state(int(entry.name))
+            if found is not None and found[1] == sid and found[0] != "Z":
+                pids.append(int(entry.name))
+    return pids
+
+
 class BackgroundMpi:
     """``python args...`` on ``n`` real MPI ranks, started in the background with its output
     in ``log``, for tests that launch several jobs at once or act on a job while it runs.
@@ -110,7 +136,6 @@ class BackgroundMpi:
         args: list[str],
         log: Path,
         env: dict[str, str] | None = None,
-        new_session: bool = False,
         mpiexec: Path = MPIEXEC,
     ) -> None:
         if not mpiexec.exists():
@@ -118,7 +143,6 @@ class BackgroundMpi:
         self.command = mpi_command(n, args, mpiexec)
         self.log = log
         self.env = env or mpi_env()
-        self.new_session = new_session
         self.starts = 0
         self._start()
 
@@ -131,7 +155,7 @@ class BackgroundMpi:
                 env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                start_new_session=self.new_session,
+                start_new_session=True,  # for kill()
             )
 
     @property
@@ -149,6 +173,31 @@ class BackgroundMpi:
             self._start()
             return None
         return code
+
+    def kill(self) -> None:
+        """SIGKILL the whole job at once, as a preemption does, and wait until it is gone.
+
+        Open MPI puts each rank in a process group of its own, so ``killpg`` of the
+        launcher's group would leave the ranks running (they would die only on noticing
+        the lost launcher, perhaps after another checkpoint); they stay in the session the
+        launcher leads, and that is what is killed here. A job that has ended leaves
+        nothing to kill. A killed launcher cannot remove its session directory
+        (``ompi.<pid>`` in the temporary directory): that is removed here.
+        """
+        deadline = time.monotonic() + 60
+        killed = False
+        while pids := live_session(self.proc.pid):
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed = True
+                except ProcessLookupError:
+                    pass
+            assert time.monotonic() < deadline, f"processes {pids} outlived SIGKILL"
+            time.sleep(0.05)
+        self.proc.wait(timeout=60)
+        if killed:
+            shutil.rmtree(Path(tempfile.gettempdir()) / f"ompi.{self.proc.pid}", True)
 
     def wait(self, timeout: float) -> int:
         """Wait up to ``timeout`` seconds in all for the job (and a restart) to end."""

@@ -65,7 +65,7 @@ def test_lost_rank_and_diverged_agent_stop_the_job(tmp_path):
         "train.epochs=500",
         "train.steps_per_epoch=3",
     ]
-    job = BackgroundMpi(4, args, tmp_path / "out.txt", new_session=True)
+    job = BackgroundMpi(4, args, tmp_path / "out.txt")
     try:
         deadline = time.monotonic() + 150
         while (checkpoint.latest(run, 4) or checkpoint.Checkpoint(run, 0, 4)).epoch < 2:
@@ -77,9 +77,7 @@ def test_lost_rank_and_diverged_agent_stop_the_job(tmp_path):
         code = job.proc.wait(timeout=60)
         assert time.monotonic() - killed < 30
     finally:
-        if job.proc.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.proc.wait()
+        job.kill()  # what is left of it, if anything
     out = job.output()
     assert code != 0
     assert f"PID {victim}" in out and "signal 9" in out, out[-2000:]

@@ -1,18 +1,30 @@
 """Launches that mpiexec fails to start (as Open MPI sporadically does) are started once
 more: by `fedsheaf sweep --local` (tested end to end on real ranks, with a second call
-skipping finished runs) and by the test suite's own launcher."""
+skipping finished runs) and by the test suite's own launchers; the background launcher
+kills a whole job, ranks included."""
 
 import json
 import shlex
 import subprocess
 import sys
+import tempfile
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import MPIEXEC, REPO, BackgroundMpi, mpi_env, run_mpi
+from fedsheaf.hostinfo import START_FAILURES
+from tests.conftest import (
+    MPIEXEC,
+    REPO,
+    BackgroundMpi,
+    live_session,
+    mpi_env,
+    process_state,
+    run_mpi,
+)
 
 pytestmark = pytest.mark.mpi
 
@@ -53,11 +65,13 @@ def _mpiexec_failing_first(tmp_path: Path, failures: int = 1) -> tuple[Path, Pat
     """An mpiexec that fails its first ``failures`` starts as Open MPI sporadically does
     (message, exit 213, nothing run), then is the real one; it counts its calls in a
     file. Each failure is claimed by an atomic mkdir, so that calls made at once cannot
-    both take (or both miss) one."""
+    both take (or both miss) one. Genuine start failures of the real one are retried
+    inside, so that the retries under test are spent on the made-up failures only."""
     calls = tmp_path / "calls"
     claims = tmp_path / f"failures-{uuid.uuid4().hex[:8]}"
     claims.mkdir()
     wrapper = tmp_path / "mpiexec"
+    known = " ".join(f"-e {shlex.quote(m)}" for m in START_FAILURES)
     wrapper.write_text(
         "#!/usr/bin/env bash\n"
         f'echo x >> "{calls}"\n'
@@ -66,7 +80,15 @@ def _mpiexec_failing_first(tmp_path: Path, failures: int = 1) -> tuple[Path, Pat
         f"    printf '%s\\n' {shlex.quote(PMIX_FAILURE)} >&2; exit 213\n"
         "  fi\n"
         "done\n"
-        f'exec {shlex.quote(str(MPIEXEC))} "$@"\n'
+        # then the real one; a genuine start failure of it is retried here (and logged
+        # aside), so that the test sees only the failures it made; stderr follows the end
+        f'err="{tmp_path}/real-stderr.$$"\n'
+        "for attempt in 1 2 3; do\n"
+        f'  {shlex.quote(str(MPIEXEC))} "$@" 2> "$err"; code=$?\n'
+        f'  if [ "$code" = 0 ] || ! grep -qF {known} "$err"; then break; fi\n'
+        f'  cat "$err" >> "{tmp_path}/real-start-failures.log"\n'
+        "done\n"
+        'cat "$err" >&2; rm -f "$err"; exit "$code"\n'
     )
     wrapper.chmod(0o755)
     return wrapper, calls
@@ -154,3 +176,27 @@ def test_the_suites_background_launcher_restarts_a_failed_start_once(tmp_path):
     job = BackgroundMpi(1, ["-c", "pass"], tmp_path / "f.log", mpiexec=wrapper)
     assert job.wait(timeout=120) == 213 and "listener thread failed" in job.output()
     assert job.starts == 2 and len(calls.read_text().splitlines()) == 2
+
+
+def test_the_background_launcher_kills_the_ranks_too(tmp_path):
+    """Open MPI 5 gives each rank a process group of its own: a kill of the launcher's
+    group alone would leave them running."""
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    program = (
+        "import os, pathlib, sys, time; from mpi4py import MPI; "
+        "pathlib.Path(sys.argv[1], str(os.getpid())).touch(); time.sleep(600)"
+    )
+    job = BackgroundMpi(2, ["-c", program, str(ready)], tmp_path / "job.log")
+    deadline = time.monotonic() + 120
+    while len(list(ready.iterdir())) < 2:
+        assert job.poll() is None and time.monotonic() < deadline, job.output()
+        time.sleep(0.05)
+    ranks = [int(p.name) for p in ready.iterdir()]
+    assert set(ranks) <= set(live_session(job.pid))
+    session_dir = Path(tempfile.gettempdir()) / f"ompi.{job.pid}"  # Open MPI 5's
+    job.kill()
+    assert job.proc.returncode is not None and not live_session(job.pid)
+    assert not session_dir.exists()
+    for pid in ranks:
+        assert process_state(pid) in (None, ("Z", job.pid))

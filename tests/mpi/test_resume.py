@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 from pathlib import Path
 
@@ -35,18 +33,18 @@ def test_killed_run_resumes_to_the_same_numbers(tmp_path):
     # the reference and the run to be killed start together (startup dominates on 2 cores)
     ref = BackgroundMpi(4, _args(tmp_path, "output.name=ref"), tmp_path / "ref.log")
     cut_dir = tmp_path / "cut"
-    cut = BackgroundMpi(
-        4, _args(tmp_path, "output.name=cut"), tmp_path / "cut.log", new_session=True
-    )
+    cut = BackgroundMpi(4, _args(tmp_path, "output.name=cut"), tmp_path / "cut.log")
     deadline = time.monotonic() + 150
     try:
         while _manifest_epoch(cut_dir) < 2 and cut.poll() is None:
             assert time.monotonic() < deadline, "no checkpoint appeared"
             time.sleep(0.02)
-        os.killpg(cut.pid, signal.SIGKILL)  # preemption: the whole job dies at once
     finally:
-        cut.proc.wait(timeout=30)
-        code = ref.wait(timeout=240)
+        cut.kill()  # preemption: the whole job dies at once
+        try:
+            code = ref.wait(timeout=240)
+        finally:
+            ref.kill()
     assert code == 0, ref.output()
     assert not (cut_dir / "summary.json").exists(), "the run finished before it was killed"
     killed_at = _manifest_epoch(cut_dir)

@@ -87,8 +87,12 @@ def _run_together(tmp_path: Path, *runs: list[str]) -> None:
         BackgroundMpi(NP, ["-m", "fedsheaf", "run", *args], tmp_path / f"together-{i}.log")
         for i, args in enumerate(runs)
     ]
-    for job in jobs:
-        assert job.wait(timeout=240) == 0, job.output()
+    try:
+        for job in jobs:
+            assert job.wait(timeout=240) == 0, job.output()
+    finally:
+        for job in jobs:
+            job.kill()
 
 
 @pytest.mark.parametrize("make", [_fedrep, _head_fedavg], ids=["fedrep", "head_fedavg"])

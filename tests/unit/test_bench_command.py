@@ -59,7 +59,7 @@ def test_only_on_the_command_line():
 
 
 def test_budget_stops_the_running_launch_skips_the_rest_and_writes_the_summary(tmp_path):
-    sleeper = "bash -c 'sleep 60' {n}"  # argv after the template: python -m worker ...
+    sleeper = "bash -c 'sleep 300' {n}"  # argv after the template: python -m worker ...
     start = time.perf_counter()
     out = bench(
         "overhead",
@@ -72,10 +72,12 @@ def test_budget_stops_the_running_launch_skips_the_rest_and_writes_the_summary(t
         str(tmp_path),
         "--tag",
         "cut",
+        timeout=200,
     )
     elapsed = time.perf_counter() - start
     assert out.returncode == 1, out.stdout + out.stderr
-    assert elapsed < 40, "the sleeping launch was not stopped at the budget"
+    # far below the sleep, far above start-up (torch's import) on a loaded machine
+    assert elapsed < 150, "the sleeping launch was not stopped at the budget"
     doc = json.loads((tmp_path / "cut.json").read_text())
     first, *rest = doc["launches"]
     assert first["returncode"] == 124 and 2.0 < first["seconds"] < 30
