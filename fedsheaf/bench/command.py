@@ -252,7 +252,9 @@ def run_launch(
         try:
             code = proc.wait(timeout=launch.timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)  # the launcher and its ranks only
+            # the launcher's group; mpiexec stops its ranks (Open MPI 5 puts each in a
+            # group of its own), as a test of SIGTERM on real ranks showed
+            os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
