@@ -184,6 +184,11 @@ class BackgroundMpi:
         nothing to kill. A killed launcher cannot remove its session directory
         (``ompi.<pid>`` in the temporary directory): that is removed here.
         """
+        if not Path("/proc").is_dir():  # no process table to read: the launcher's group
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=60)
+            return
         deadline = time.monotonic() + 60
         killed = False
         while pids := live_session(self.proc.pid):
