@@ -67,9 +67,11 @@ def rank_file(run_dir: str | Path, epoch: int, rank: int) -> Path:
     return epoch_dir(run_dir, epoch) / f"rank-{rank}.pt"
 
 
-def due(epochs_done: int, every: int) -> bool:
-    """Whether a checkpoint is written after ``epochs_done`` epochs (``every=0``: never)."""
-    return every > 0 and epochs_done % every == 0
+def due(epochs_done: int, every: int, last: int | None = None) -> bool:
+    """Whether a checkpoint is written after ``epochs_done`` epochs: every ``every`` and
+    after the ``last`` (so that a finished run can be extended from its end), never when
+    ``every=0``."""
+    return every > 0 and (epochs_done % every == 0 or epochs_done == last)
 
 
 # ---- writing ---------------------------------------------------------------

@@ -245,7 +245,9 @@ class HeadConfig:
 class CheckpointConfig:
     """Checkpoint/resume of decentralized and server-based runs (see fedsheaf.checkpoint)."""
 
-    every: int = spec(1, lo=0, doc="write a checkpoint every N epochs (rounds); 0 = never")
+    every: int = spec(
+        1, lo=0, doc="write a checkpoint every N epochs (rounds) and after the last; 0 = never"
+    )
     keep: int = spec(2, lo=1, doc="complete checkpoints kept on disk")
     resume: bool = spec(False, doc="continue from the newest complete checkpoint, if any")
 

@@ -278,10 +278,10 @@ def checkpointer(
 ) -> Callable[[int], None] | None:
     """The after-epoch (after-round) hook: every rank of ``job`` saves ``state()``, then
     ``job``'s root commits the manifest once all files are on disk."""
-    every, keep = cfg.checkpoint.every, cfg.checkpoint.keep
+    every, keep, last = cfg.checkpoint.every, cfg.checkpoint.keep, run_length(cfg)[0]
 
     def save(done: int) -> None:
-        if not checkpoint.due(done, every):
+        if not checkpoint.due(done, every, last):
             return
         checkpoint.save_rank(run_path, done, job.rank, state())
         job.barrier()  # every rank's file is on disk before the manifest names it

@@ -42,8 +42,15 @@ def test_resume_guards_and_fallback(tmp_path):
     ref = _run(tmp_path, quick, out, "output.name=ref", "train.epochs=4", *COMMON)
     assert ref.returncode == 0, ref.stderr
     cut = tmp_path / "cut"  # a finished run of 3 epochs, to be trained longer
-    proc = _run(tmp_path, quick, out, "output.name=cut", "train.epochs=3", *COMMON)
+    proc = _run(
+        tmp_path, quick, out, "output.name=cut", "train.epochs=3", *COMMON, "checkpoint.every=2"
+    )
     assert proc.returncode == 0, proc.stderr
+    # every 2 epochs and after the last, so that it is extended from its end
+    assert sorted(p.name for p in (cut / "checkpoints").glob("epoch-*")) == [
+        "epoch-0002",
+        "epoch-0003",
+    ]
 
     line = _one_error(_run(tmp_path, "--resume", str(cut), "seed=6", "train.epochs=4"))
     assert "cannot resume" in line and "experiment: seed (5 -> 6). A resumed run" in line

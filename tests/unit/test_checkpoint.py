@@ -124,9 +124,13 @@ def test_rewrite_metrics_keeps_exactly_the_given_records(tmp_path):
     assert path.read_text() == ""
 
 
-@pytest.mark.parametrize("n,expected", [(0, []), (3, [3, 6, 9])])
+@pytest.mark.parametrize("n,expected", [(0, []), (3, [3, 6, 9]), (4, [4, 8])])
 def test_due(n, expected):
     assert [e for e in range(1, 11) if checkpoint.due(e, n)] == expected
+    # the last epoch too, so that a finished run can be extended from its end
+    assert [e for e in range(1, 11) if checkpoint.due(e, n, last=10)] == sorted(
+        set(expected) | ({10} if n else set())
+    )
 
 
 # ---- one agent, resumed bitwise ----------------------------------------------
