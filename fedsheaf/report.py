@@ -23,6 +23,7 @@ import csv
 import io
 import math
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,7 +162,8 @@ def collect(paths: list[str | Path]) -> list[RunRecord]:
             f"report: warning: the runs use {len(datasets)} datasets "
             f"({', '.join(sorted(datasets))}); "
             "the comparison averages a method's runs across them: report each dataset's runs "
-            "on their own"
+            "on their own",
+            file=sys.stderr,
         )
     return records
 
@@ -178,8 +180,26 @@ def warn_repeated_seeds(records: list[RunRecord]) -> None:
             names = ", ".join(str(r.path) for r in group)
             print(
                 f"report: warning: {len(group)} {method} runs with the same setting and seed "
-                f"{seed} are averaged as if they were different seeds: {names}"
+                f"{seed} are averaged as if they were different seeds: {names}",
+                file=sys.stderr,
             )
+
+
+def warn_unfinished(paths: list[str | Path], finished: set[Path]) -> None:
+    """Say which runs a sweep planned (study.json) at or below ``paths`` are not among the
+    ``finished`` run directories: a failed or unfinished run would otherwise just be
+    missing from its method's mean."""
+    under = [Path(p).resolve() for p in paths]
+    planned = [d for d in _manifests(under) if any(d == r or r in d.parents for r in under)]
+    missing = sorted(d for d in planned if d not in finished)
+    if missing:
+        shown = ", ".join(d.name for d in missing[:5]) + (", ..." if len(missing) > 5 else "")
+        print(
+            f"report: warning: {len(missing)} of the {len(planned)} runs the sweep planned "
+            f"(study.json) have no readable summary.json (failed, unfinished or not run) and "
+            f"are left out: {shown}",
+            file=sys.stderr,
+        )
 
 
 def _num(value: Any) -> float:
@@ -367,6 +387,7 @@ def run(args: argparse.Namespace) -> int:
         if args.out
         else (Path(args.paths[0]) / "report" if len(args.paths) == 1 else Path("report"))
     )
+    warn_unfinished(args.paths, {r.path.resolve() for r in runs if r.summary is not None})
     written = write_runs_report(runs, out)
     study = [r.path for r in runs if r.family == "decentralized" and r.summary is not None]
     records = collect(study) if study else []

@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import math
+import shutil
 import statistics
 from pathlib import Path
 
@@ -107,7 +108,7 @@ def test_one_seed_has_no_std_and_a_bottleneck_figure_appears_for_several_d(tmp_p
     assert "accuracy_vs_bottleneck.png" in names and "accuracy_vs_shift.png" not in names
 
 
-def test_study_manifest_names_methods_and_grid_keys(tmp_path):
+def test_study_manifest_names_methods_and_grid_keys(tmp_path, capsys):
     root = tmp_path / "sweep"
     dirs = [
         _run(
@@ -133,6 +134,21 @@ def test_study_manifest_names_methods_and_grid_keys(tmp_path):
     rows = select(collect([root / "runs" / "r0", root / "runs" / "r1"]))
     assert len(rows) == 1 and rows[0].method == "strict-privacy"
     assert rows[0].hyper == (("sheaf.pilot_batch", 32),)
+    report = ["report", "--out", str(tmp_path / "report")]
+    assert cli.main([*report, str(root)]) == 0
+    assert "planned" not in capsys.readouterr().err
+    # a planned run that failed (here: no summary.json) is named, not silently left out
+    (dirs[1] / "summary.json").unlink()
+    assert cli.main([*report, str(root)]) == 0
+    assert (
+        "report: warning: 1 of the 2 runs the sweep planned (study.json) have no readable "
+        "summary.json (failed, unfinished or not run) and are left out: r1\n"
+    ) in capsys.readouterr().err
+    shutil.rmtree(dirs[1])  # or no directory at all
+    assert cli.main([*report, str(root)]) == 0
+    assert "1 of the 2 runs the sweep planned" in capsys.readouterr().err
+    assert cli.main([*report, str(dirs[0])]) == 0  # one run asked for: no others missed
+    assert "planned" not in capsys.readouterr().err
     # without a manifest the method comes from the config
     (root / "study.json").unlink()
     assert select(collect([root]))[0].method == "sheaf_frl/strict"
@@ -163,28 +179,28 @@ def test_nested_runs_are_skipped_and_repeated_seeds_are_said(tmp_path, capsys):
     _run(outer, "a", ["seed=1"], _summary(0.6, 0.1, 0.1))  # output.dir=<a run> by mistake
     records = collect([root])
     assert [r.path for r in records] == [outer.resolve()]
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert f"report: skipping {(outer / 'a').resolve()}: it lies inside the run directory" in out
-    assert "warning" not in out
+    assert "warning" not in out + err
 
     _run(root, "b", ["seed=1"], _summary(0.7, 0.7, 0.5))  # the same run under another name
     _run(root, "c", ["seed=2"], _summary(0.7, 0.7, 0.5))
     assert len(collect([root])) == 3
-    out = capsys.readouterr().out
-    assert out.count("warning") == 1
-    assert "2 sheaf_frl runs with the same setting and seed 1 are averaged as if" in out
-    assert str(root.resolve() / "b") in out and "/c" not in out.split("warning")[1]
+    out, err = capsys.readouterr()
+    assert err.count("warning") == 1 and "warning" not in out
+    assert "2 sheaf_frl runs with the same setting and seed 1 are averaged as if" in err
+    assert str(root.resolve() / "b") in err and "/c" not in err.split("warning")[1]
 
 
 def test_runs_on_several_datasets_are_a_warning(tmp_path, capsys):
     root = tmp_path / "runs"
     _run(root, "a", ["seed=1"], _summary(0.7, 0.8, 0.5))
     collect([root])
-    assert "datasets" not in capsys.readouterr().out
+    assert "datasets" not in capsys.readouterr().err
     _run(root, "b", ["seed=2", "data.dataset=fashionmnist"], _summary(0.7, 0.8, 0.5))
     collect([root])
-    out = capsys.readouterr().out
-    assert "report: warning: the runs use 2 datasets (fashionmnist, mnist); the comparison" in out
+    err = capsys.readouterr().err
+    assert "report: warning: the runs use 2 datasets (fashionmnist, mnist); the comparison" in err
 
 
 def test_a_damaged_run_is_skipped_with_a_warning(study, capsys):
