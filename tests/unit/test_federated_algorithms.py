@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedsheaf.algorithms.federated import FEDERATED, FedAvg, FedPer, FedRep, Phase
-from fedsheaf.algorithms.federated.summary import round_record, summarize
+from fedsheaf.algorithms.federated.summary import result_table, round_record, summarize
 from fedsheaf.config import SERVER_BASED, FederatedConfig
 
 FC = FederatedConfig(local_epochs=3, head_epochs=10, body_epochs=5, finetune_epochs=7)
@@ -97,6 +97,17 @@ def test_score_is_the_mean_of_the_last_rounds_or_the_final_accuracy():
     assert s["final_acc"] == 0.9 and s["client_acc"] == [0.9] and s["rounds"] == 5
     ft = summarize(hist, FEDERATED["fedavg_ft"](FC), eval_last=3)
     assert ft["score"] == 0.9 and ft["acc_last"] == pytest.approx(0.5)
+    # the closing table gives each number once, the score's meaning beside it
+    base = {"algorithm": "x", "n_clients": 1}
+    table = result_table({**base, **s}).splitlines()
+    assert [ln.split()[0] for ln in table] == ["algorithm", "final", "score", "clients"]
+    assert table[2] == "score       0.5000  (mean local test accuracy, rounds 3-5)"
+    table = result_table({**base, **ft}).splitlines()
+    assert table[1:4] == [
+        "acc         0.5000  (mean local test accuracy, rounds 3-5)",
+        "final acc   0.9000  (after the final round)",
+        "score       0.9000  (final acc)",
+    ]
     short = summarize(_history([0.2, 0.4]), FedAvg(FC), eval_last=10)  # clamps the window
     assert short["score"] == pytest.approx(0.3) and short["score_rounds"] == [1, 2]
     assert short["final_acc"] is None and short["client_acc"] == [0.4]

@@ -63,12 +63,14 @@ def result_table(summary: dict[str, Any]) -> str:
     accs = np.asarray(summary["client_acc"], dtype=float)
     final = summary["final_acc"]
     lo, hi = summary["score_rounds"]
+    window = f"mean local test accuracy, rounds {lo}-{hi}"
+    scored_final = summary["score_is"] == "final_acc"
     rows = [
         f"algorithm   {summary['algorithm']}  ({summary['n_clients']} clients, "
         f"{summary['rounds']} rounds)",
-        f"acc         {summary['acc_last']:.4f}  (mean local test accuracy, rounds {lo}-{hi})",
+        f"acc         {summary['acc_last']:.4f}  ({window})" if scored_final else "",
         f"final acc   {final:.4f}  (after the final round)" if final is not None else "",
-        f"score       {summary['score']:.4f}  ({summary['score_is']})",
+        f"score       {summary['score']:.4f}  ({'final acc' if scored_final else window})",
     ]
     if accs.size:
         q = np.quantile(accs, [0.0, 0.5, 1.0])
