@@ -26,12 +26,14 @@ class MetricsTail:
     """Complete JSON records appended to a file since the last :meth:`poll`.
 
     A file that is replaced (a resumed run rewrites ``metrics.jsonl`` up to its
-    checkpoint; ``output.overwrite`` starts it afresh) is read again from its start.
+    checkpoint; ``output.overwrite`` starts it afresh) is read again from its start, and
+    :attr:`restarted` says so until the next poll.
     """
 
     def __init__(self, path: Path) -> None:
         self.path, self.offset = path, 0
         self.inode: int | None = None
+        self.restarted = False
 
     def poll(self) -> list[dict[str, Any]]:
         try:
@@ -40,7 +42,9 @@ class MetricsTail:
             return []
         with fh:
             stat = os.fstat(fh.fileno())
+            self.restarted = False
             if stat.st_ino != self.inode or stat.st_size < self.offset:
+                self.restarted = self.inode is not None
                 self.inode, self.offset = stat.st_ino, 0
             fh.seek(self.offset)
             data = fh.read()
@@ -55,6 +59,17 @@ class MetricsTail:
             if isinstance(rec, dict):
                 records.append(rec)
         return records
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _minutes(minutes: float) -> str:
+    return f"{minutes * 60:.0f} s" if minutes < 1 else f"{minutes:.0f} min"
 
 
 def _family(cfg: dict[str, Any]) -> str:
@@ -202,9 +217,25 @@ def watch(
         cfg = _read_config(run_dir)
     print(header(cfg, run_dir), file=out, flush=True)
     tail, seen, warned = MetricsTail(run_dir / "metrics.jsonl"), 0, False
+    config_stamp = _mtime(run_dir / "config.yaml")
     while True:
         done = (run_dir / "summary.json").is_file()  # checked first: no record comes after it
-        for rec in tail.poll():
+        records = tail.poll()
+        if tail.restarted:
+            print(
+                "metrics.jsonl was rewritten (the run was resumed from a checkpoint or "
+                "started again): its records from the start",
+                file=out,
+                flush=True,
+            )
+            seen = 0
+        stamp = _mtime(run_dir / "config.yaml")
+        if stamp != config_stamp:  # a resume that changed its length (or an overwrite)
+            config_stamp, new = stamp, _read_config(run_dir)
+            if new is not None and header(new, run_dir) != header(cfg, run_dir):
+                cfg = new
+                print(header(cfg, run_dir), file=out, flush=True)
+        for rec in records:
             line = format_record(rec, cfg)
             if line is not None:
                 seen += 1
@@ -221,7 +252,7 @@ def watch(
         quiet = _quiet_minutes(run_dir)
         if quiet >= stall and not warned:
             print(
-                f"no new record for {quiet:.0f} min: is the job still running? (still watching)",
+                f"no new record for {_minutes(quiet)}: is the job still running? (still watching)",
                 file=out,
                 flush=True,
             )

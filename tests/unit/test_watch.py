@@ -178,6 +178,61 @@ def test_a_stalled_run_says_when_it_last_wrote(tmp_path):
         watch(tmp_path / "file")
 
 
+class _Signalling(io.StringIO):
+    """Output that sets ``event`` once ``text`` has been written."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text, self.event = text, threading.Event()
+
+    def write(self, s: str) -> int:
+        n = super().write(s)
+        if self.text in self.getvalue():
+            self.event.set()
+        return n
+
+
+def test_following_a_run_through_a_resume_that_extends_it(tmp_path):
+    """A resume rewrites metrics.jsonl up to its checkpoint and may change the length."""
+    path = make_decentralized(tmp_path, "run", epochs=3, finished=False)
+    longer = make_decentralized(tmp_path, "longer", epochs=5)
+    out = _Signalling("epoch 3/3")
+
+    def resume():
+        assert out.event.wait(timeout=60)  # watch has printed what the first launch wrote
+        os.replace(longer / "config.yaml", path / "config.yaml")
+        kept = (longer / "metrics.jsonl").read_text().splitlines(keepends=True)
+        (tmp_path / "cut.jsonl").write_text("".join(kept[:2]))
+        os.replace(tmp_path / "cut.jsonl", path / "metrics.jsonl")
+        time.sleep(0.1)
+        with open(path / "metrics.jsonl", "a") as fh:
+            fh.write("".join(kept[2:]))
+        time.sleep(0.1)
+        os.replace(longer / "summary.json", path / "summary.json")
+
+    writer = threading.Thread(target=resume)
+    writer.start()
+    try:
+        assert watch(path, out=out, interval=0.02) == 0
+    finally:
+        writer.join()
+    lines = out.getvalue().splitlines()
+    epochs = [ln.split()[1] for ln in lines if ln.startswith("epoch ")]
+    assert epochs == ["1/3", "2/3", "3/3", "1/5", "2/5", "3/5", "4/5", "5/5"]
+    # before the first record of the resumed launch: a note and the new header (in the
+    # order the resume's two files were seen to change)
+    between = lines[lines.index(next(ln for ln in lines if "epoch 3/3" in ln)) + 1 :]
+    between = between[: between.index(next(ln for ln in between if "epoch 1/5" in ln))]
+    assert sorted(between) == sorted(
+        [
+            "metrics.jsonl was rewritten (the run was resumed from a checkpoint or started "
+            "again): its records from the start",
+            lines[0].replace("3 epochs", "5 epochs"),
+        ]
+    )
+    assert lines[0].endswith(f"3 epochs · {path}") and lines[-1].startswith("finished in")
+
+
 def test_following_a_run_that_stopped_writing_says_so_once(tmp_path):
     path = make_decentralized(tmp_path, "run", epochs=2, finished=False)
     old = time.time() - 45 * 60
@@ -198,3 +253,9 @@ def test_following_a_run_that_stopped_writing_says_so_once(tmp_path):
     assert stalled == ["no new record for 45 min: is the job still running? (still watching)"]
     assert out[-1].startswith("finished in")
     assert cli.main(["watch", str(path), "--stall", "0"]) == 2
+    os.utime(path / "metrics.jsonl", (time.time() - 20, time.time() - 20))
+    (path / "summary.json").unlink()
+    out = io.StringIO()
+    threading.Timer(0.2, lambda: RunDir(path).write_summary({"wall_seconds": 2.0})).start()
+    watch(path, out=out, interval=0.02, stall=0.1)
+    assert "no new record for 20 s: is the job still running?" in out.getvalue()
