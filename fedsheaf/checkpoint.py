@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,45 @@ MANIFEST = "latest.json"
 
 class CheckpointError(FedsheafError):
     """A checkpoint cannot be used to resume (unreadable, or from another setup)."""
+
+
+class WallClock:
+    """A run's wall time across its launches.
+
+    The root rank's checkpoint state carries :meth:`total` as ``wall_seconds``; a launch
+    that resumes from it continues the count (:meth:`resumed`), so that a summary's
+    ``wall_seconds`` is the time of every launch up to the checkpoint the next one
+    continued from, plus the last launch (work lost after a checkpoint is not counted).
+    A checkpoint from before this count existed contributes nothing.
+    """
+
+    KEY = "wall_seconds"
+
+    def __init__(self) -> None:
+        self.before = 0.0
+        self.start = time.perf_counter()
+        self.end: float | None = None
+
+    def resumed(self, state: dict[str, Any] | None) -> None:
+        """Continue the count of the run whose checkpoint (this rank's) is ``state``."""
+        self.before = float((state or {}).get(self.KEY, 0.0))
+
+    def stop(self) -> float:
+        """Stop the clock (what the summary and the closing line then say); the total."""
+        self.end = time.perf_counter()
+        return self.total()
+
+    def this_launch(self) -> float:
+        return (self.end if self.end is not None else time.perf_counter()) - self.start
+
+    def total(self) -> float:
+        return self.before + self.this_launch()
+
+    def describe(self) -> str:
+        """``12.3s`` or, after a resume, ``12.3s in all, 4.1s in this launch``."""
+        if not self.before:
+            return f"{self.total():.1f}s"
+        return f"{self.total():.1f}s in all, {self.this_launch():.1f}s in this launch"
 
 
 @dataclass(frozen=True)

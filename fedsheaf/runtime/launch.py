@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -62,15 +61,12 @@ def run_decentralized(
     else:  # the job checked it (and may have written its server's checkpoints since)
         run_dir = RunDir(run_path, extend=cfg.checkpoint.resume) if world.is_root else None
     recorder.run_dir = run_dir
-    first_epoch = 0
+    first_epoch, resumed_state = 0, None
     if cfg.checkpoint.resume:
-        first_epoch = restore(
-            world,
-            run_path,
-            algo,
-            nbr,
-            recorder,
-            loaded or load_latest(job, run_path, cfg.train.epochs),
+        loaded = loaded or load_latest(job, run_path, cfg.train.epochs)
+        first_epoch, resumed_state = (
+            restore(world, run_path, algo, nbr, recorder, loaded),
+            loaded[1],
         )
     if run_dir is not None:
         settle_config(run_dir, cfg)
@@ -82,16 +78,18 @@ def run_decentralized(
     )
     if run_dir is not None:
         world.log(f"fedsheaf: writing {run_dir.path}")
-    start = time.perf_counter()
+    clock = checkpoint.WallClock()
+    clock.resumed(resumed_state)
 
     def state() -> dict[str, Any]:
         out = {"algorithm": algo.state_dict(), "bytes_total": dict(nbr.bytes_total)}
         if world.is_root:
             out["history"] = recorder.history
+            out[clock.KEY] = clock.total()
         return out
 
     algo.run(first_epoch, checkpointer(cfg, job, run_path, state))
-    elapsed = time.perf_counter() - start
+    elapsed = clock.stop()
     nbr.free()
     if not world.is_root or recorder.last is None:
         return None
@@ -118,7 +116,7 @@ def run_decentralized(
     world.log(
         f"\nnetwork: private {summary['private_acc']:.3f}  comm {summary['comm_acc']:.3f}"
         f"  comm (degree-weighted) {summary['comm_acc_deg']:.3f}  "
-        f"[{elapsed:.1f}s; results in {run_dir.path}]"
+        f"[{clock.describe()}; results in {run_dir.path}]"
     )
     return summary
 

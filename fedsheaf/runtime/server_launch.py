@@ -399,14 +399,21 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     )
     if run_dir is not None:
         world.log(f"fedsheaf: writing {run_dir.path}")
-    start = time.perf_counter()
+    clock = checkpoint.WallClock()
     if cfg.checkpoint.resume:
-        restore(world, run_path, rounds)
+        clock.resumed(restore(world, run_path, rounds))
     if run_dir is not None:
         settle_config(run_dir, cfg)
-    history = rounds.run(checkpointer(cfg, world, run_path, rounds.state_dict))
+
+    def state() -> dict[str, Any]:
+        out = rounds.state_dict()
+        if world.is_root:
+            out[clock.KEY] = clock.total()
+        return out
+
+    history = rounds.run(checkpointer(cfg, world, run_path, state))
     star.close()
-    elapsed = time.perf_counter() - start
+    elapsed = clock.stop()
     if not world.is_root or run_dir is None:
         return None
     summary: dict[str, Any] = {
@@ -426,7 +433,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     }
     run_dir.write_summary(summary)
     world.log("\n" + task.result_table(summary))
-    world.log(f"[{elapsed:.1f}s; results in {run_dir.path}]")
+    world.log(f"[{clock.describe()}; results in {run_dir.path}]")
     return summary
 
 
@@ -458,8 +465,9 @@ def build_runner(cfg: ExperimentConfig, world: World, task: Task, star: Star) ->
     return runner
 
 
-def restore(world: World, run_path: Path, rounds: Rounds) -> None:
-    """Load the newest complete checkpoint on every rank and cut metrics.jsonl to it."""
+def restore(world: World, run_path: Path, rounds: Rounds) -> dict[str, Any] | None:
+    """Load the newest complete checkpoint on every rank and cut metrics.jsonl to it;
+    returns this rank's state from it (None without one)."""
     ckpt, state = load_latest(world, run_path, rounds.fc.rounds, "round")
     if ckpt is None or state is None:
         world.log(f"fedsheaf: no complete checkpoint in {run_path}; starting from round 1")
@@ -468,3 +476,4 @@ def restore(world: World, run_path: Path, rounds: Rounds) -> None:
         world.log(f"fedsheaf: resuming {run_path} after round {ckpt.epoch}")
     if world.is_root:  # records of rounds after the checkpoint are written again
         checkpoint.rewrite_metrics(run_path / "metrics.jsonl", rounds.history)
+    return state

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
 import pytest
 
+from fedsheaf import checkpoint
 from fedsheaf.results import read_metrics
 from tests.conftest import MPIEXEC, BackgroundMpi, run_mpi, untimed
 
@@ -49,10 +51,20 @@ def test_killed_run_resumes_to_the_same_numbers(tmp_path):
     assert not (cut_dir / "summary.json").exists(), "the run finished before it was killed"
     killed_at = _manifest_epoch(cut_dir)
     assert 2 <= killed_at < EPOCHS
+    ckpt = checkpoint.latest(cut_dir, 4)
+    assert ckpt is not None
+    before = checkpoint.load_rank(ckpt, 0)["wall_seconds"]  # the first launch's, up to it
+    assert before > 0
 
     proc = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(cut_dir)], timeout=240)
     assert proc.returncode == 0, proc.stderr
     assert f"resuming {cut_dir} after epoch {killed_at}" in proc.stdout
+    # the wall time counts both launches (up to the checkpoint the second continued from)
+    this_launch = re.search(r"\[([\d.]+)s in all, ([\d.]+)s in this launch;", proc.stdout)
+    assert this_launch is not None, proc.stdout[-500:]
+    total = json.loads((cut_dir / "summary.json").read_text())["wall_seconds"]
+    assert total == pytest.approx(before + float(this_launch[2]), abs=0.051)
+    assert f"{total:.1f}" == this_launch[1]
     reference = read_metrics(tmp_path / "ref" / "metrics.jsonl")
     resumed = read_metrics(cut_dir / "metrics.jsonl")
     assert [r["epoch"] for r in resumed] == list(range(1, EPOCHS + 1))

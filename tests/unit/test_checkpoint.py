@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -122,6 +123,22 @@ def test_rewrite_metrics_keeps_exactly_the_given_records(tmp_path):
     ]
     checkpoint.rewrite_metrics(path, [])
     assert path.read_text() == ""
+
+
+def test_the_wall_clock_continues_the_count_of_the_checkpoint_it_resumed_from():
+    fresh = checkpoint.WallClock()
+    fresh.resumed(None)  # no checkpoint: nothing before
+    assert fresh.before == 0.0 and "in all" not in fresh.describe()
+    old = checkpoint.WallClock()
+    old.resumed({"algorithm": {}})  # a checkpoint from before the count: nothing either
+    assert old.before == 0.0
+    clock = checkpoint.WallClock()
+    clock.resumed({checkpoint.WallClock.KEY: 100.0})
+    launch = clock.this_launch()
+    assert 100.0 + launch <= clock.total() <= 100.0 + clock.this_launch()
+    assert re.fullmatch(r"1\d\d\.\ds in all, \d+\.\ds in this launch", clock.describe())
+    total = clock.stop()  # what the summary says and the closing line prints
+    assert clock.total() == total and clock.describe() == clock.describe()
 
 
 @pytest.mark.parametrize("n,expected", [(0, []), (3, [3, 6, 9]), (4, [4, 8])])
