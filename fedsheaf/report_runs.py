@@ -39,7 +39,17 @@ T = TypeVar("T")
 
 DECENTRALIZED_COLS = ("private_acc", "comm_acc", "comm_acc_deg", "score_val")
 SERVER_COLS = ("acc", "score", "final_acc", "test_mse", "gram_err_star")
-BASE_COLS = ("run", "algorithm", "family", "seed", "status", "steps", "wall_seconds", "bytes")
+BASE_COLS = (
+    "run",
+    "algorithm",
+    "family",
+    "seed",
+    "status",
+    "steps",
+    "wall_seconds",
+    "bytes",
+    "eval_bytes",
+)
 
 
 @dataclass
@@ -121,15 +131,25 @@ def _with_acc(records: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 
 
 def step_bytes(run: RunInfo, record: dict[str, Any]) -> int:
-    """Bytes one epoch/round moved: sent (incl. evaluation; plus up + down to a server
-    for the centralized baselines), or up + down for the server-based family."""
+    """Bytes one epoch/round of training moved: sent along the graph (plus up + down to a
+    server for the centralized baselines), or up + down for the server-based family.
+
+    A decentralized evaluation's own traffic (test latents sent along the edges to score
+    communication accuracy, which every method pays alike, the non-cooperative one too)
+    is not the method's: :func:`eval_bytes` counts it apart.
+    """
     if run.family == "server":
         return int(record.get("bytes_up") or 0) + int(record.get("bytes_down") or 0)
-    graph = int(record.get("bytes_sent") or 0) + int(record.get("eval_bytes_sent") or 0)
+    graph = int(record.get("bytes_sent") or 0)
     server = int(record.get("server_bytes_sent") or 0) + int(
         record.get("server_bytes_received") or 0
     )
     return graph + server  # the server's line: FedProto and FedMuscle
+
+
+def eval_bytes(record: dict[str, Any]) -> int:
+    """Bytes a decentralized evaluation sent along the edges (test latents)."""
+    return int(record.get("eval_bytes_sent") or 0)
 
 
 def final_metrics(run: RunInfo) -> dict[str, Any]:
@@ -165,6 +185,7 @@ def final_metrics(run: RunInfo) -> dict[str, Any]:
         out["bytes"] = int(s["bytes_up_total"]) + int(s.get("bytes_down_total") or 0)
     else:
         out["bytes"] = sum(step_bytes(run, r) for r in recs)
+    out["eval_bytes"] = sum(eval_bytes(r) for r in recs) if run.family == "decentralized" else None
     return out
 
 
@@ -212,12 +233,15 @@ def runs_table_markdown(runs: list[RunInfo]) -> str:
         rows = [run_row(r) for r in mine]
         # drop metric columns no run of this family has (e.g. test_mse for classifiers)
         cols = [c for c in metric_cols if any(row.get(c) is not None for row in rows)]
-        head = ["run", "algorithm", "seed", "status", step, *cols, "wall s", "bytes"]
+        traffic = ["train bytes", "eval bytes"] if family == "decentralized" else ["bytes"]
+        head = ["run", "algorithm", "seed", "status", step, *cols, "wall s", *traffic]
         lines = [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for row in rows:
             cells = [row["run"], row["algorithm"], _fmt(row["seed"]), row["status"]]
             cells += [_fmt(row["steps"]), *(_fmt(row.get(c)) for c in cols)]
             cells += [_fmt(row["wall_seconds"]), human_bytes(row["bytes"])]
+            if family == "decentralized":
+                cells.append(human_bytes(row["eval_bytes"]))
             lines.append("| " + " | ".join(cells) + " |")
         parts.append("\n".join(lines) + "\n")
     return "\n".join(parts)
@@ -308,7 +332,8 @@ def _whole_steps(ax: Any) -> None:
 
 
 def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
-    """Bytes per epoch/round per run (decentralized: sent incl. eval; server: up + down)."""
+    """Training bytes per epoch/round per run (:func:`step_bytes`: decentralized, sent
+    without the evaluation's; server-based, up + down)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
     handles: list[Any] = []
@@ -326,7 +351,7 @@ def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
         "epoch / round" + (" (a final fine-tuning round is drawn after the last)" if finals else "")
     )
     _whole_steps(ax)
-    ax.set_ylabel("bytes per epoch / round")
+    ax.set_ylabel("training bytes per epoch / round")
     if _wide_positive(ax):
         ax.set_yscale("log")
     ax.grid(alpha=0.3)

@@ -172,19 +172,19 @@ def test_table_has_one_row_per_run_with_the_family_metrics(mixed):
         "finished",
     )
     assert int(a["steps"]) == 3 and float(a["wall_seconds"]) == 1.75
-    assert int(a["bytes"]) == 3 * (1000 + 100)  # sent incl. evaluation traffic
+    assert int(a["bytes"]) == 3 * 1000 and int(a["eval_bytes"]) == 3 * 100  # apart
     assert float(a["private_acc"]) == pytest.approx(0.8)
     assert float(a["score_val"]) == pytest.approx(0.33)
     assert a["acc"] == "" and a["test_mse"] == ""
 
     b = rows["sf-b"]  # no summary: last record, summed seconds
     assert b["status"] == "running" and b["seed"] == "1" and int(b["steps"]) == 2
-    assert float(b["wall_seconds"]) == 1.0 and int(b["bytes"]) == 2200
+    assert float(b["wall_seconds"]) == 1.0 and int(b["bytes"]) == 2000
     assert float(b["private_acc"]) == pytest.approx(0.71)
 
     f = rows["fedrep"]
     assert (f["family"], f["seed"], f["steps"]) == ("server", "3", "4")  # not the fine-tune
-    assert int(f["bytes"]) == 3000 * 4 + 50 + 2000 * 4 + 2000
+    assert int(f["bytes"]) == 3000 * 4 + 50 + 2000 * 4 + 2000 and f["eval_bytes"] == ""
     assert float(f["acc"]) == pytest.approx(0.4) and float(f["final_acc"]) == 0.95
     assert f["private_acc"] == ""
 
@@ -197,7 +197,8 @@ def test_table_has_one_row_per_run_with_the_family_metrics(mixed):
     assert "| sf-a | sheaf_frl | 0 | finished | 3 | 0.800 | 0.350 | 0.360 | 0.330 |" in md
     assert "| sf-b | sheaf_frl | 1 | running | 2 |" in md
     assert "| fedavg | fedavg | 3 | finished | 2 | 0.200 | 0.350 | 0.950 |" in md
-    assert "3.30 kB" in md  # sf-a bytes, human-readable
+    assert "| train bytes | eval bytes |" in md and "| wall s | bytes |" in md
+    assert "| 3.00 kB | 300 B |" in md  # sf-a's training and evaluation bytes, readable
 
 
 def test_server_only_markdown_drops_columns_no_run_has(tmp_path):
@@ -300,7 +301,7 @@ def test_the_centralized_baselines_count_their_server_line(tmp_path):
     rec = {"epoch": 2, "loss": 0.5, "bytes_sent": 1000, "eval_bytes_sent": 200}
     rec.update(server_bytes_sent=3000, server_bytes_received=4000)
     cfg = {"algorithm": "fedproto", "train": {"epochs": 3}}
-    assert step_bytes(RunInfo(tmp_path, cfg, [rec], None), rec) == 8200
+    assert step_bytes(RunInfo(tmp_path, cfg, [rec], None), rec) == 8000  # evaluation apart
     line = format_record(rec, cfg)
     assert line is not None and "sent 1.00 kB  server up 3.00 kB down 4.00 kB" in line
     plain = {k: rec[k] for k in ("epoch", "loss", "bytes_sent")}
