@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
+
+import numpy as np
 
 from fedsheaf.errors import ConfigError
 from fedsheaf.theory._io import output_folder, write_json_atomic
@@ -122,9 +125,14 @@ def run(args: argparse.Namespace) -> int:
         "local_steps": getattr(args, "local_steps", None),
         "lr": getattr(args, "lr", None),
     }
-    settings = dataclasses.replace(
-        cfg.settings, **{k: v for k, v in overrides.items() if v is not None}
-    )
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        settings = dataclasses.replace(cfg.settings, **given)
+    except ConfigError as exc:  # name the option the user typed, not the config key
+        msg = str(exc)
+        for key in given:
+            msg = msg.replace(f"simulation.{key} ", f"--{key.replace('_', '-')} ")
+        raise ConfigError(f"ufm: {msg}" if msg != str(exc) else msg) from None
     for key, mode in _MODE_OPTIONS.items():
         if overrides[key] is not None and settings.mode != mode:
             raise ConfigError(
@@ -135,6 +143,14 @@ def run(args: argparse.Namespace) -> int:
     with single_blas_thread():
         res = simulate(cfg.instance, cfg.W0, settings)
     print(_format_table(res))
+    start, end = res.rel_err_star[0], res.rel_err_star[-1]
+    if not np.isfinite(end) or end > 1e3 * max(start, 1.0):
+        print(
+            f"ufm: warning: the iteration diverged (error to G_star {start:.3g} at round 0, "
+            f"{end:.3g} at the last)"
+            + (": lower --lr or --local-steps" if settings.mode == "gd" else ""),
+            file=sys.stderr,
+        )
     summary = {
         "config": str(cfg.source),
         "instance": cfg.instance.to_dict(),

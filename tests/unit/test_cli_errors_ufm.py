@@ -36,6 +36,25 @@ def test_options_of_another_mode_are_errors(
     assert not (tmp_path / "out").exists()
 
 
+def test_an_option_out_of_range_is_named_as_typed(tmp_path, capsys) -> None:
+    assert cli.main(["ufm", "--gamma", "2", "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err == (
+        "fedsheaf: error: ufm: --gamma must be a finite number in [0, 1], got 2.0\n"
+    )
+    assert cli.main(["ufm", "--mode", "gd", "--local-steps", "0"]) == 2
+    assert "ufm: --local-steps must be an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_a_diverging_descent_is_a_warning(tmp_path, capsys) -> None:
+    out = str(tmp_path / "out")
+    assert cli.main(["ufm", "--mode", "gd", "--lr", "30", "--out", out]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("ufm: warning: the iteration diverged (error to G_star ")
+    assert err.endswith(": lower --lr or --local-steps\n")
+    assert cli.main(["ufm", "--mode", "gd", "--lr", "1", "--out", out]) == 0
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_help_describes_the_command_and_shows_defaults(capsys: pytest.CaptureFixture[str]):
     with pytest.raises(SystemExit):
         cli.main(["ufm", "--help"])

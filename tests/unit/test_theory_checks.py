@@ -24,7 +24,7 @@ def test_the_commands_say_so(capsys):
     assert cli.main(["fedrep-linear", "--participation", "0"]) == 2
     assert "participation must be a finite number in (0, 1], got 0.0" in capsys.readouterr().err
     assert cli.main(["ufm", "--rho", "inf"]) == 2
-    assert "simulation.rho must be a finite number in [0, inf), got inf" in capsys.readouterr().err
+    assert "ufm: --rho must be a finite number in [0, inf), got inf" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["ufm", "fedrep-linear"])
