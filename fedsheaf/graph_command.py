@@ -202,7 +202,7 @@ def _build(args: argparse.Namespace) -> int:
             )
     graphs.save_graph(graph, out, comment=f"built by: {cmd}")
     edges = count(len(graph.edges), "edge")
-    print(f"wrote {out}: {graph.n} nodes, {edges}, density {graph.density():.3f}")
+    print(f"wrote {out}: {count(graph.n, 'node')}, {edges}, density {graph.density():.3f}")
     return 0
 
 
@@ -211,7 +211,8 @@ def describe(graph: graphs.Graph) -> str:
     where = f" ({graph.source})" if graph.source else ""
     lines = [
         f"graph {graph.name}{where}",
-        f"{graph.n} nodes, {count(len(graph.edges), 'edge')}, density {graph.density():.3f}, "
+        f"{count(graph.n, 'node')}, {count(len(graph.edges), 'edge')}, "
+        f"density {graph.density():.3f}, "
         + ("connected" if graph.is_connected() else "DISCONNECTED"),
         "",
     ]

@@ -93,6 +93,9 @@ def test_build_forms(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert load_graph(f) == Graph("p2", (64, 128), ((0, 1),))
     cli("build", "ring", "--dims", "3,3,3", "--classes", "0;1;2", "--out", f, "--force")
     assert load_graph(f).classes == ((0,), (1,), (2,))
+    capsys.readouterr()
+    cli("build", "ring", "--dims", "8", "--out", f, "--force")  # one agent: a ring of one
+    assert capsys.readouterr().out == f"wrote {f}: 1 node, 0 edges, density 1.000\n"
 
 
 def test_show(capsys: pytest.CaptureFixture[str]) -> None:
