@@ -43,7 +43,8 @@ class CheckpointError(FedsheafError):
 class WallClock:
     """A run's wall time across its launches.
 
-    The root rank's checkpoint state carries :meth:`total` as ``wall_seconds``; a launch
+    The state that the rank writing the run's records checkpoints (agent 0, or the
+    server of a server-based run) carries :meth:`total` as ``wall_seconds``; a launch
     that resumes from it continues the count (:meth:`resumed`), so that a summary's
     ``wall_seconds`` is the time of every launch up to the checkpoint the next one
     continued from, plus the last launch (work lost after a checkpoint is not counted).

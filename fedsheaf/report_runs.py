@@ -33,7 +33,7 @@ from fedsheaf.results import (
     read_metrics,
     save_figure,
 )
-from fedsheaf.units import human_bytes
+from fedsheaf.units import count, human_bytes
 
 T = TypeVar("T")
 
@@ -331,6 +331,20 @@ def _whole_steps(ax: Any) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+def bytes_series(runs: list[RunInfo]) -> tuple[dict[int, list[tuple[int, int]]], list[str]]:
+    """(run index → its (step, training bytes) points, names of the runs that moved none:
+    noncoop, which a figure leaves out, on a log axis too)."""
+    series, silent = {}, []
+    for i, run in enumerate(runs):
+        key = run.step_key
+        pts = [(r[key], step_bytes(run, r)) for r in run.records if isinstance(r.get(key), int)]
+        if pts and not any(y for _, y in pts):
+            silent.append(run.name)
+        elif pts:
+            series[i] = pts
+    return series, silent
+
+
 def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
     """Training bytes per epoch/round per run (:func:`step_bytes`: decentralized, sent
     without the evaluation's; server-based, up + down)."""
@@ -338,14 +352,12 @@ def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
     handles: list[Any] = []
     labels: list[str] = []
-    for i, run in enumerate(runs):
-        key = run.step_key
-        pts = [(r[key], step_bytes(run, r)) for r in run.records if isinstance(r.get(key), int)]
-        if pts:
-            xs, ys = zip(*pts, strict=True)
-            (line,) = ax.plot(xs, ys, marker=".", color=f"C{i % 10}")
-            handles.append(line)
-            labels.append(run.name)
+    series, silent = bytes_series(runs)
+    for i, pts in series.items():
+        xs, ys = zip(*pts, strict=True)
+        (line,) = ax.plot(xs, ys, marker=".", color=f"C{i % 10}")
+        handles.append(line)
+        labels.append(runs[i].name)
     finals = any(r.get("final") for run in runs for r in run.records)
     ax.set_xlabel(
         "epoch / round" + (" (a final fine-tuning round is drawn after the last)" if finals else "")
@@ -354,6 +366,10 @@ def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
     ax.set_ylabel("training bytes per epoch / round")
     if _wide_positive(ax):
         ax.set_yscale("log")
+    if silent:
+        names = ", ".join(silent)
+        what = names if len(names) <= 60 else count(len(silent), "run")
+        ax.set_title(f"not drawn (no training traffic): {what}", fontsize="small")
     ax.grid(alpha=0.3)
     _legend(fig, handles, labels)
     return save_figure(fig, path, dpi=110)

@@ -36,13 +36,13 @@ class MetricsTail:
         self.restarted = False
 
     def poll(self) -> list[dict[str, Any]]:
+        self.restarted = False
         try:
             fh = open(self.path, "rb")
         except (FileNotFoundError, IsADirectoryError):
             return []
         with fh:
             stat = os.fstat(fh.fileno())
-            self.restarted = False
             if stat.st_ino != self.inode or stat.st_size < self.offset:
                 self.restarted = self.inode is not None
                 self.inode, self.offset = stat.st_ino, 0
@@ -61,11 +61,13 @@ class MetricsTail:
         return records
 
 
-def _mtime(path: Path) -> int | None:
+def _mtime(path: Path) -> tuple[int, int, int] | None:
+    """What tells one version of a file from the next (writers replace it whole)."""
     try:
-        return path.stat().st_mtime_ns
+        st = path.stat()
     except OSError:
         return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def _minutes(minutes: float) -> str:

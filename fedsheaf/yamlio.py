@@ -23,6 +23,7 @@ import yaml
 BAD_VALUE = (ValueError, TypeError, OverflowError)
 
 _MERGE = "tag:yaml.org,2002:merge"
+_VALUE = "tag:yaml.org,2002:value"
 
 
 def _check_keys(loader: yaml.SafeLoader, node: yaml.Node, seen: set[int]) -> None:
@@ -43,7 +44,10 @@ def _check_keys(loader: yaml.SafeLoader, node: yaml.Node, seen: set[int]) -> Non
                 stack += [key, value]
                 if key.tag == _MERGE or not isinstance(key, yaml.ScalarNode):
                     continue
-                built = loader.construct_object(key)
+                if key.tag == _VALUE:  # "=": PyYAML builds it only while merging
+                    built: Any = (key.tag, key.value)
+                else:
+                    built = loader.construct_object(key)
                 if built in keys:
                     first = keys[built]
                     spelled = "" if first.value == key.value else f", as {first.value!r}"

@@ -36,7 +36,7 @@ round 1. These exchanges are counted under the kind ``placement``, outside
 client's training depends only on (seed, client, round), the shared vector and its
 state, so all placements give bitwise the same results.
 
-Every ``checkpoint.every`` rounds each rank saves its state (the server: the
+Every ``checkpoint.every`` rounds (and after the last) each rank saves its state (the server: the
 shared vector, the history, its byte counters and the task's server state, e.g.
 head-only FedAvg's Gram recursion; a worker: its home clients' private parameters)
 with :mod:`fedsheaf.checkpoint`'s protocol, and ``checkpoint.resume`` continues

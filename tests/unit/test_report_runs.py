@@ -306,3 +306,15 @@ def test_the_centralized_baselines_count_their_server_line(tmp_path):
     assert line is not None and "sent 1.00 kB  server up 3.00 kB down 4.00 kB" in line
     plain = {k: rec[k] for k in ("epoch", "loss", "bytes_sent")}
     assert step_bytes(RunInfo(tmp_path, {"algorithm": "sheaf_frl"}, [plain], None), plain) == 1000
+
+
+def test_the_bytes_figure_leaves_out_runs_that_moved_nothing(tmp_path):
+    from fedsheaf.report_runs import RunInfo, bytes_series
+
+    def run(name, algorithm, sent):
+        recs = [{"epoch": e, "bytes_sent": sent, "eval_bytes_sent": 500} for e in (1, 2)]
+        return RunInfo(tmp_path / name, {"algorithm": algorithm}, recs, None)
+
+    runs = [run("nc", "noncoop", 0), run("sf", "sheaf_frl", 1000)]
+    series, silent = bytes_series(runs)  # the evaluation's bytes are not training traffic
+    assert series == {1: [(1, 1000), (2, 1000)]} and silent == ["nc"]

@@ -2,6 +2,7 @@
 
 import io
 import os
+import re
 import threading
 import time
 
@@ -59,9 +60,12 @@ def test_tail_rereads_a_file_that_was_replaced_or_cut(tmp_path):
     with open(path, "a") as fh:
         fh.write('{"epoch": 2, "resumed": true}\n')
     assert tail.poll() == [{"epoch": 1}, {"epoch": 2, "resumed": True}]
+    assert tail.restarted
     path.write_text('{"epoch": 1, "again": true}\n')  # cut in place (same file)
-    assert tail.poll() == [{"epoch": 1, "again": True}]
-    assert tail.poll() == []
+    assert tail.poll() == [{"epoch": 1, "again": True}] and tail.restarted
+    assert tail.poll() == [] and not tail.restarted
+    path.unlink()  # gone for a moment: nothing read, nothing restarted
+    assert tail.poll() == [] and not tail.restarted
 
 
 def test_no_epoch_yet(tmp_path):
@@ -255,7 +259,16 @@ def test_following_a_run_that_stopped_writing_says_so_once(tmp_path):
     assert cli.main(["watch", str(path), "--stall", "0"]) == 2
     os.utime(path / "metrics.jsonl", (time.time() - 20, time.time() - 20))
     (path / "summary.json").unlink()
-    out = io.StringIO()
-    threading.Timer(0.2, lambda: RunDir(path).write_summary({"wall_seconds": 2.0})).start()
-    watch(path, out=out, interval=0.02, stall=0.1)
-    assert "no new record for 20 s: is the job still running?" in out.getvalue()
+    out = _Signalling("no new record")  # under a minute, in seconds
+
+    def finish():
+        assert out.event.wait(timeout=60)
+        RunDir(path).write_summary({"wall_seconds": 2.0})
+
+    writer = threading.Thread(target=finish)
+    writer.start()
+    try:
+        assert watch(path, out=out, interval=0.02, stall=0.1) == 0
+    finally:
+        writer.join()
+    assert re.search(r"no new record for 2\d s: is the job still running\?", out.getvalue())

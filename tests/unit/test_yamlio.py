@@ -43,6 +43,8 @@ def test_one_key_spelled_two_ways_is_given_twice():
         assert yamlio.problem(err.value).endswith(spelled)
     # the same text under different tags is two keys, as it is to yaml.safe_load
     assert yamlio.load("'1': a\n1: b\n") == {"1": "a", 1: "b"}
+    # a key PyYAML builds only inside a mapping ("=", the value key) loads as before
+    assert yamlio.load("=: 1\n") == yaml.safe_load("=: 1\n") == {"=": 1}
 
 
 def test_anchors_give_independent_copies():
