@@ -160,6 +160,19 @@ def commit(run_dir: str | Path, epoch: int, n_ranks: int, keep: int = 2) -> Chec
     return Checkpoint(Path(run_dir), epoch, n_ranks)
 
 
+def forget_after(run_dir: str | Path, epoch: int) -> None:
+    """Drop from the manifest the epochs after ``epoch``, the checkpoint a resume has just
+    read on every rank: those could not be used (damaged or incomplete), and the resumed
+    launch writes its own. Else its first commit would count them among the ``keep``
+    newest and could prune a good checkpoint while keeping a damaged one."""
+    manifest = _read_manifest(run_dir)
+    if manifest is None or all(e <= epoch for e in manifest["epochs"]):
+        return
+    manifest["epochs"] = [e for e in manifest["epochs"] if e <= epoch]
+    manifest["epoch"] = epoch
+    atomic_write_json(checkpoints_dir(run_dir) / MANIFEST, manifest)
+
+
 def _epoch_of(folder: Path) -> int | None:
     tail = folder.name.removeprefix("epoch-")
     return int(tail) if tail.isdigit() else None

@@ -268,6 +268,8 @@ def restore(
     if world.is_root:  # metrics of epochs after the checkpoint are written again
         recorder.restore(history)
         checkpoint.rewrite_metrics(run_path / "metrics.jsonl", history)
+        if ckpt is not None:
+            checkpoint.forget_after(run_path, ckpt.epoch)
     return 0 if ckpt is None else ckpt.epoch
 
 

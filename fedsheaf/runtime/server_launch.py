@@ -476,4 +476,6 @@ def restore(world: World, run_path: Path, rounds: Rounds) -> dict[str, Any] | No
         world.log(f"fedsheaf: resuming {run_path} after round {ckpt.epoch}")
     if world.is_root:  # records of rounds after the checkpoint are written again
         checkpoint.rewrite_metrics(run_path / "metrics.jsonl", rounds.history)
+        if ckpt is not None:
+            checkpoint.forget_after(run_path, ckpt.epoch)
     return state

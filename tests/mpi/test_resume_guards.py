@@ -132,6 +132,12 @@ def test_resume_guards_and_fallback(tmp_path):
     summaries = [json.loads((d / "summary.json").read_text()) for d in (cut, tmp_path / "ref")]
     assert untimed(summaries[0]) == untimed(summaries[1])
     assert not (cut / "summary.prev.json").exists()  # set aside during the extension only
+    # the damaged checkpoint is not kept in place of a good one (keep=3 would keep 2, 3, 4)
+    assert json.loads((cut / "checkpoints" / "latest.json").read_text())["epochs"] == [2, 4]
+    assert sorted(p.name for p in (cut / "checkpoints").glob("epoch-*")) == [
+        "epoch-0002",
+        "epoch-0004",
+    ]
 
     # every checkpoint damaged: an error, not a silent restart
     again = tmp_path / "again"

@@ -125,6 +125,19 @@ def test_rewrite_metrics_keeps_exactly_the_given_records(tmp_path):
     assert path.read_text() == ""
 
 
+def test_a_resume_forgets_the_checkpoints_it_could_not_use(tmp_path):
+    for epoch in (8, 10):
+        checkpoint.commit(tmp_path, epoch, 1, keep=2)
+    checkpoint.forget_after(tmp_path, 10)  # nothing after it: unchanged
+    assert [c.epoch for c in checkpoint.complete(tmp_path, 1)] == []  # no rank files here
+    manifest = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    assert manifest["epochs"] == [8, 10] and manifest["epoch"] == 10
+    checkpoint.forget_after(tmp_path, 8)  # 10 was damaged: the resume read 8
+    checkpoint.commit(tmp_path, 12, 1, keep=2)
+    manifest = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    assert manifest["epochs"] == [8, 12] and manifest["epoch"] == 12
+
+
 def test_the_wall_clock_continues_the_count_of_the_checkpoint_it_resumed_from():
     fresh = checkpoint.WallClock()
     fresh.resumed(None)  # no checkpoint: nothing before
