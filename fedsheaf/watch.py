@@ -61,7 +61,7 @@ class MetricsTail:
         return records
 
 
-def _mtime(path: Path) -> tuple[int, int, int] | None:
+def _version(path: Path) -> tuple[int, int, int] | None:
     """What tells one version of a file from the next (writers replace it whole)."""
     try:
         st = path.stat()
@@ -219,7 +219,7 @@ def watch(
         cfg = _read_config(run_dir)
     print(header(cfg, run_dir), file=out, flush=True)
     tail, seen, warned = MetricsTail(run_dir / "metrics.jsonl"), 0, False
-    config_stamp = _mtime(run_dir / "config.yaml")
+    config_stamp = _version(run_dir / "config.yaml")
     while True:
         done = (run_dir / "summary.json").is_file()  # checked first: no record comes after it
         records = tail.poll()
@@ -231,7 +231,7 @@ def watch(
                 flush=True,
             )
             seen = 0
-        stamp = _mtime(run_dir / "config.yaml")
+        stamp = _version(run_dir / "config.yaml")
         if stamp != config_stamp:  # a resume that changed its length (or an overwrite)
             config_stamp, new = stamp, _read_config(run_dir)
             if new is not None and header(new, run_dir) != header(cfg, run_dir):

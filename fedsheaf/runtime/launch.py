@@ -64,10 +64,8 @@ def run_decentralized(
     first_epoch, resumed_state = 0, None
     if cfg.checkpoint.resume:
         loaded = loaded or load_latest(job, run_path, cfg.train.epochs)
-        first_epoch, resumed_state = (
-            restore(world, run_path, algo, nbr, recorder, loaded),
-            loaded[1],
-        )
+        first_epoch = restore(world, run_path, algo, nbr, recorder, loaded)
+        resumed_state = loaded[1]
     if run_dir is not None:
         settle_config(run_dir, cfg)
     world.log(
