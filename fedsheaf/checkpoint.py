@@ -254,6 +254,15 @@ def rewrite_metrics(path: str | Path, records: list[dict[str, Any]]) -> None:
     atomic_write_text(path, "".join(json.dumps(json_safe(r)) + "\n" for r in records))
 
 
+def cut_back(run_dir: str | Path, epoch: int | None, records: list[dict[str, Any]]) -> None:
+    """What a resume from the checkpoint after ``epoch`` (None: from the start) does to the
+    run directory once every rank has read it: metrics.jsonl holds ``records`` (those up
+    to it) and the manifest forgets the later checkpoints (:func:`forget_after`)."""
+    rewrite_metrics(Path(run_dir) / "metrics.jsonl", records)
+    if epoch is not None:
+        forget_after(run_dir, epoch)
+
+
 # ---- random state ------------------------------------------------------------
 def _dropout_generators(model: torch.nn.Module) -> list[torch.Generator]:
     seen: list[torch.Generator] = []

@@ -265,9 +265,7 @@ def restore(
         world.log(f"fedsheaf: resuming {run_path} after epoch {ckpt.epoch}")
     if world.is_root:  # metrics of epochs after the checkpoint are written again
         recorder.restore(history)
-        checkpoint.rewrite_metrics(run_path / "metrics.jsonl", history)
-        if ckpt is not None:
-            checkpoint.forget_after(run_path, ckpt.epoch)
+        checkpoint.cut_back(run_path, None if ckpt is None else ckpt.epoch, history)
     return 0 if ckpt is None else ckpt.epoch
 
 

@@ -475,7 +475,5 @@ def restore(world: World, run_path: Path, rounds: Rounds) -> dict[str, Any] | No
         world.agree(lambda: rounds.load_state_dict(state, ckpt.epoch))
         world.log(f"fedsheaf: resuming {run_path} after round {ckpt.epoch}")
     if world.is_root:  # records of rounds after the checkpoint are written again
-        checkpoint.rewrite_metrics(run_path / "metrics.jsonl", rounds.history)
-        if ckpt is not None:
-            checkpoint.forget_after(run_path, ckpt.epoch)
+        checkpoint.cut_back(run_path, None if ckpt is None else ckpt.epoch, rounds.history)
     return state
