@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +13,7 @@ import pytest
 from hypothesis import settings
 
 from fedsheaf.hostinfo import failed_to_start, find_mpiexec
+from fedsheaf.processes import kill_session
 
 # Property tests explore random examples on a developer's machine; under CI they replay a
 # fixed set, so that a landing never depends on the examples drawn that day, with no
@@ -99,28 +97,6 @@ def run_mpi(
     return proc
 
 
-def process_state(pid: int) -> tuple[str, int] | None:
-    """``(state, session id)`` of process ``pid`` from /proc, or None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        # the fields after "(comm)": state ppid pgrp session ...
-        state, _, _, session = stat[stat.rindex(")") + 2 :].split()[:4]
-        return state, int(session)
-    except (OSError, ValueError):
-        return None
-
-
-def live_session(sid: int) -> list[int]:
-    """The processes of session ``sid`` that are not zombies."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            found = process_state(int(entry.name))
-            if found is not None and found[1] == sid and found[0] != "Z":
-                pids.append(int(entry.name))
-    return pids
-
-
 class BackgroundMpi:
     """``python args...`` on ``n`` real MPI ranks, started in the background with its output
     in ``log``, for tests that launch several jobs at once or act on a job while it runs.
@@ -175,34 +151,9 @@ class BackgroundMpi:
         return code
 
     def kill(self) -> None:
-        """SIGKILL the whole job at once, as a preemption does, and wait until it is gone.
-
-        Open MPI puts each rank in a process group of its own, so ``killpg`` of the
-        launcher's group would leave the ranks running (they would die only on noticing
-        the lost launcher, perhaps after another checkpoint); they stay in the session the
-        launcher leads, and that is what is killed here. A job that has ended leaves
-        nothing to kill. A killed launcher cannot remove its session directory
-        (``ompi.<pid>`` in the temporary directory): that is removed here.
-        """
-        if not Path("/proc").is_dir():  # no process table to read: the launcher's group
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=60)
-            return
-        deadline = time.monotonic() + 60
-        killed = False
-        while pids := live_session(self.proc.pid):
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                    killed = True
-                except ProcessLookupError:
-                    pass
-            assert time.monotonic() < deadline, f"processes {pids} outlived SIGKILL"
-            time.sleep(0.05)
-        self.proc.wait(timeout=60)
-        if killed:
-            shutil.rmtree(Path(tempfile.gettempdir()) / f"ompi.{self.proc.pid}", True)
+        """SIGKILL the whole job at once, as a preemption does, and wait until it is gone:
+        the launcher and every rank (:func:`fedsheaf.processes.kill_session`)."""
+        kill_session(self.proc)
 
     def wait(self, timeout: float) -> int:
         """Wait up to ``timeout`` seconds in all for the job (and a restart) to end."""

@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -41,6 +40,7 @@ from fedsheaf.bench.plan import (
 from fedsheaf.config import load_config
 from fedsheaf.errors import ConfigError
 from fedsheaf.hostinfo import failed_to_start, find_mpiexec, local_launcher
+from fedsheaf.processes import stop_job
 
 
 def _positive_int(text: str) -> int:
@@ -235,8 +235,8 @@ def run_launch(
 ) -> dict[str, Any]:
     """Run one launch; its record (with the worker's JSON under ``output``, if any).
 
-    A launch that outlives ``launch.timeout`` is stopped (its whole process group) and
-    recorded with return code 124.
+    A launch that outlives ``launch.timeout`` is stopped (SIGTERM, and after 20 s SIGKILL
+    for every process left of it, ranks included) and recorded with return code 124.
     """
     spec_path, out_path = tmp / f"{launch.label}.spec.json", tmp / f"{launch.label}.out.json"
     spec_path.write_text(json.dumps(launch.worker_spec(device)))
@@ -252,14 +252,7 @@ def run_launch(
         try:
             code = proc.wait(timeout=launch.timeout)
         except subprocess.TimeoutExpired:
-            # the launcher's group; mpiexec stops its ranks (Open MPI 5 puts each in a
-            # group of its own; checked by hand with Open MPI 5: they end within a second)
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_job(proc, grace=20)
             code = 124
     record: dict[str, Any] = {
         "label": launch.label,

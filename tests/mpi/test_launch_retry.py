@@ -16,15 +16,8 @@ import pytest
 import yaml
 
 from fedsheaf.hostinfo import START_FAILURES
-from tests.conftest import (
-    MPIEXEC,
-    REPO,
-    BackgroundMpi,
-    live_session,
-    mpi_env,
-    process_state,
-    run_mpi,
-)
+from fedsheaf.processes import live_session, process_state
+from tests.conftest import MPIEXEC, REPO, BackgroundMpi, mpi_env, run_mpi
 
 pytestmark = pytest.mark.mpi
 

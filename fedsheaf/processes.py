@@ -1,0 +1,94 @@
+"""Stopping a launched MPI job as a whole: its launcher and every rank it started.
+
+A launcher started with ``start_new_session=True`` leads a session of its own. Open MPI 5
+gives each rank a process group of its own inside that session, so ``killpg`` of the
+launcher's group reaches the launcher but not the ranks (they end only when they notice
+the lost launcher). The session is what holds them all, and Linux's ``/proc`` names each
+process's session.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+def process_state(pid: int, proc_root: Path = PROC) -> tuple[str, int] | None:
+    """``(state, session id)`` of process ``pid`` from ``/proc``, or None when it is gone."""
+    try:
+        stat = (proc_root / str(pid) / "stat").read_text()
+        # the fields after "(comm)": state ppid pgrp session ...
+        state, _, _, session = stat[stat.rindex(")") + 2 :].split()[:4]
+        return state, int(session)
+    except (OSError, ValueError):
+        return None
+
+
+def live_session(sid: int, proc_root: Path = PROC) -> list[int]:
+    """The processes of session ``sid`` that are not zombies."""
+    pids = []
+    for entry in proc_root.iterdir():
+        if entry.name.isdigit():
+            found = process_state(int(entry.name), proc_root)
+            if found is not None and found[1] == sid and found[0] != "Z":
+                pids.append(int(entry.name))
+    return pids
+
+
+def kill_session(launcher: subprocess.Popen, timeout: float = 60) -> bool:
+    """SIGKILL every process of the session ``launcher`` leads and wait until none is left.
+
+    ``launcher`` must have been started with ``start_new_session=True``. Returns whether
+    anything was killed. A killed Open MPI launcher cannot remove its session directory
+    (``ompi.<pid>`` in the temporary directory): that is removed here. Without ``/proc``
+    only the launcher's process group is killed. Raises ``TimeoutError`` when processes
+    outlive SIGKILL for ``timeout`` seconds (stuck in the kernel).
+    """
+    if not PROC.is_dir():
+        killed = launcher.poll() is None
+        if killed:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=timeout)
+        return killed
+    deadline = time.monotonic() + timeout
+    killed = False
+    while pids := live_session(launcher.pid):
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed = True
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"processes {pids} outlived SIGKILL for {timeout:.0f} s")
+        time.sleep(0.05)
+    launcher.wait(timeout=timeout)
+    if killed:
+        shutil.rmtree(Path(tempfile.gettempdir()) / f"ompi.{launcher.pid}", True)
+    return killed
+
+
+def stop_job(launcher: subprocess.Popen, grace: float) -> None:
+    """Stop a job politely, then for sure.
+
+    SIGTERM to the launcher's process group (``mpiexec`` passes it on to its ranks, which
+    end as on a cluster's preemption), up to ``grace`` seconds for them to go, then
+    :func:`kill_session` for whatever is left, ranks included.
+    """
+    try:
+        os.killpg(launcher.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if launcher.poll() is not None and not (PROC.is_dir() and live_session(launcher.pid)):
+            return
+        time.sleep(0.1)
+    kill_session(launcher)

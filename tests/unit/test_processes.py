@@ -1,0 +1,98 @@
+"""Stopping a job as a whole: a launcher whose workers sit in process groups of their own
+(as Open MPI 5's ranks do) and ignore SIGTERM is still stopped completely."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedsheaf.processes import kill_session, live_session, process_state, stop_job
+
+pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
+
+# A launcher like mpiexec: two workers, each in a process group of its own; everyone
+# ignores SIGTERM when asked to (a rank stuck in a collective does not act on it).
+LAUNCHER = """
+import os, pathlib, signal, subprocess, sys, time
+ready, stubborn = pathlib.Path(sys.argv[1]), sys.argv[2] == "1"
+worker = (
+    "import os, pathlib, signal, sys, time\\n"
+    "if sys.argv[2] == '1': signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
+    "pathlib.Path(sys.argv[1], str(os.getpid())).touch()\\n"
+    "time.sleep(600)\\n"
+)
+if stubborn:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+workers = [
+    subprocess.Popen([sys.executable, "-c", worker, str(ready), sys.argv[2]],
+                     process_group=0)
+    for _ in range(2)
+]
+for w in workers:
+    w.wait()
+"""
+
+
+def start(tmp_path: Path, stubborn: bool) -> tuple[subprocess.Popen, list[int]]:
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(ready), "1" if stubborn else "0"],
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while len(list(ready.iterdir())) < 2:
+        assert launcher.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    workers = [int(p.name) for p in ready.iterdir()]
+    assert set(workers) <= set(live_session(launcher.pid))
+    return launcher, workers
+
+
+def gone(pid: int, sid: int) -> bool:
+    return process_state(pid) in (None, ("Z", sid))
+
+
+def test_a_killpg_of_the_launcher_leaves_workers_that_a_session_kill_reaches(tmp_path):
+    launcher, workers = start(tmp_path, stubborn=False)
+    try:
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=30)
+        time.sleep(0.2)
+        assert all(not gone(pid, launcher.pid) for pid in workers)  # what the old code left
+        assert sorted(live_session(launcher.pid)) == sorted(workers)
+        assert kill_session(launcher)
+        assert not live_session(launcher.pid)
+        assert all(gone(pid, launcher.pid) for pid in workers)
+    finally:
+        kill_session(launcher)
+
+
+def test_stop_job_kills_what_ignores_sigterm_after_the_grace(tmp_path):
+    launcher, workers = start(tmp_path, stubborn=True)
+    try:
+        stop_job(launcher, grace=1)
+        assert launcher.returncode is not None
+        assert not live_session(launcher.pid)
+        assert all(gone(pid, launcher.pid) for pid in workers)
+    finally:
+        kill_session(launcher)
+
+
+def test_stop_job_reaches_workers_the_launchers_sigterm_did_not(tmp_path):
+    launcher, workers = start(tmp_path, stubborn=False)
+    try:
+        # SIGTERM to the launcher's group ends the launcher; the workers, in groups of
+        # their own, stay, and stop_job kills them once the grace is over
+        stop_job(launcher, grace=1)
+        assert launcher.returncode is not None and not live_session(launcher.pid)
+        assert all(gone(pid, launcher.pid) for pid in workers)
+        assert not kill_session(launcher)  # nothing left to kill
+    finally:
+        kill_session(launcher)
