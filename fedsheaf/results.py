@@ -156,6 +156,9 @@ def check_not_foreign(path: str | Path) -> None:
 #: with a greater length); removed once the new summary is written.
 PREVIOUS_SUMMARY = "summary.prev.json"
 
+#: The files a run directory holds (checkpoints and the graph copy aside).
+RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", PREVIOUS_SUMMARY)
+
 
 class RunDir:
     """The directory one run writes into (only rank 0 creates one)."""
@@ -164,6 +167,12 @@ class RunDir:
         """``extend``: a finished run to be trained longer (its summary stays until
         :func:`fedsheaf.runtime.launch.settle_config` sets it aside)."""
         self.path = Path(path)
+        for name in RUN_FILES:
+            if (self.path / name).exists() and not (self.path / name).is_file():
+                raise ConfigError(
+                    f"{self.path / name} is not a file (a run writes its {name} there); "
+                    "remove it or choose another output.name or output.dir"
+                )
         if (self.path / "summary.json").exists() and not (overwrite or extend):
             raise ConfigError(
                 f"run directory {self.path} already holds a finished run; choose "
@@ -178,7 +187,13 @@ class RunDir:
             ) from None
         if overwrite:
             for name in ("metrics.jsonl", "summary.json", PREVIOUS_SUMMARY):
-                (self.path / name).unlink(missing_ok=True)
+                try:
+                    (self.path / name).unlink(missing_ok=True)
+                except OSError as exc:
+                    raise ConfigError(
+                        f"cannot remove {self.path / name} (output.overwrite=true): "
+                        f"{exc.strerror or exc}"
+                    ) from None
 
     @property
     def metrics_path(self) -> Path:

@@ -88,6 +88,19 @@ def test_run_dir_is_atomic_and_refuses_to_clobber(tmp_path):
     assert json.loads((tmp_path / "deep" / "x.json").read_text()) == {"a": [1, 2]}
 
 
+@pytest.mark.parametrize("name", ["metrics.jsonl", "summary.json", "config.yaml"])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_run_file_that_is_a_directory_is_named_before_anything_is_removed(
+    tmp_path, name, overwrite
+):
+    (tmp_path / "r" / name).mkdir(parents=True)
+    if name != "config.yaml":
+        (tmp_path / "r" / "config.yaml").touch()
+    with pytest.raises(ConfigError, match=f"r/{name} is not a file"):
+        RunDir(tmp_path / "r", overwrite=overwrite)
+    assert (tmp_path / "r" / name).is_dir()
+
+
 def test_zca_whitens_and_inverts():
     g = torch.Generator().manual_seed(0)
     mix = torch.randn(5, 5, generator=g, dtype=torch.float64)
