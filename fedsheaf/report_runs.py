@@ -301,19 +301,26 @@ def plot_learning_curves(runs: list[RunInfo], path: Path) -> Path:
         if any(n in c for c in curves for n in names)
     ] or [("test accuracy", ("acc",), False)]
     fig, axes = plt.subplots(
-        1, len(panels), figsize=(5 * len(panels) + 2, 4), squeeze=False, layout="constrained"
+        1,
+        len(panels),
+        figsize=(5 * len(panels) + 2, 4),
+        squeeze=False,
+        sharex=True,  # one epoch axis: a run evaluated only at its end still sits at its end
+        layout="constrained",
     )
-    styles = {"private_acc": "-", "comm_acc": "--", "acc": "-", "test_mse": "-", "loss": "-"}
+    # communication accuracy: dashed, and crosses for runs evaluated too rarely for a line
+    styles = {"comm_acc": ("--", "x")}
     handles: dict[int, Any] = {}  # one legend entry per run
     for ax, (title, names, log) in zip(axes[0], panels, strict=True):
         for i, run_curves in enumerate(curves):
             for n in names:
                 if n in run_curves:
                     xs, ys = run_curves[n]
-                    (line,) = ax.plot(xs, ys, styles[n], marker=".", color=f"C{i % 10}")
+                    style, marker = styles.get(n, ("-", "."))
+                    (line,) = ax.plot(xs, ys, style, marker=marker, color=f"C{i % 10}")
                     handles.setdefault(i, line)
         if "comm_acc" in names and any("comm_acc" in c for c in curves):
-            title += " (dashed: comm.)"
+            title += " (dashed, x: comm.)"
         ax.set_xlabel("epoch / round")
         _whole_steps(ax)
         ax.set_title(title)
