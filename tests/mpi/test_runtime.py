@@ -1,7 +1,5 @@
 """The MPI runtime with real ranks: neighbour exchange and failure handling."""
 
-import time
-
 import pytest
 
 pytestmark = pytest.mark.mpi
@@ -29,8 +27,7 @@ def test_star_worker_group_opens_and_closes(mpirun, n):
     ],
 )
 def test_exception_on_one_rank_aborts_the_job(mpirun, kind, code, text):
-    start = time.monotonic()
+    # a hang would run into the timeout; the abort carries the failing rank's exit code
     proc = mpirun(3, ["tests/mpi/programs/fail_one_rank.py", kind], timeout=60)
-    assert proc.returncode != 0
+    assert proc.returncode == code, proc.stderr
     assert proc.stderr.count(text) == 1, proc.stderr
-    assert time.monotonic() - start < 60

@@ -4,13 +4,18 @@ The homogeneous and strict variants send transported pilots ``P_ij A_i`` and ref
 ``P_ij = argmin ‖P A_i − m_{j→i}‖``. Checked here with the real map functions: the
 effective map ``P_ijᵀ P_ji`` each end trains with equals the standard Stiefel map, and
 the transported penalty has the standard penalty's value and gradient (seed 000, Eq. 42).
+That the variants' own steps are the standard step (strict, homogeneous tails) is checked
+on real ranks, parameter by parameter, in ``tests/mpi/test_variants.py``.
 """
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
+from fedsheaf.algorithms.sheaf_frl_variants import HomogeneousSheafFRL, StrictSheafFRL
 from fedsheaf.config import SheafConfig
 from fedsheaf.seeding import torch_generator
 from fedsheaf.sheaf.maps import random_stiefel, stiefel_map
@@ -80,24 +85,36 @@ def test_transported_penalty_equals_the_standard_penalty_and_gradient():
     torch.testing.assert_close(g_tr_t, g_ref_t, atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("map_refresh", ["epoch", "step"])
+def test_the_strict_schedule_alternates_ends_with_a_window_and_refits_both_per_step(
+    map_refresh,
+):
+    """``StrictSheafFRL.side_refits`` (a decision on the config alone)."""
+    me = SimpleNamespace(cfg=SimpleNamespace(sheaf=SimpleNamespace(map_refresh=map_refresh)))
+    schedule = [
+        (StrictSheafFRL.side_refits(me, True, r), StrictSheafFRL.side_refits(me, False, r))
+        for r in range(4)
+    ]
+    if map_refresh == "step":
+        assert schedule == [(True, True)] * 4
+    else:  # heads at refreshes 0, 2, ..., tails at 1, 3, ...
+        assert schedule == [(True, False), (False, True)] * 2
+    assert [HomogeneousSheafFRL.side_refits(me, h, 0) for h in (True, False)] == [False, True]
+
+
 def test_alternating_window_refits_keep_both_ends_on_one_map():
-    """Window mode: one end refits per refresh, so after every refresh both ends agree."""
+    """Window mode: one end refits per refresh (the schedule above), so after every refresh
+    the two ends' maps compose to the standard map."""
     a_h, a_t, g = _pilots(7, 3)
     o = random_stiefel(7, 7, g, dtype=F64)
     v = random_stiefel(7, 3, g, dtype=F64)
+    me = SimpleNamespace(cfg=SimpleNamespace(sheaf=SimpleNamespace(map_refresh="epoch")))
     for refresh in range(4):
-        if refresh % 2 == 0:
+        if StrictSheafFRL.side_refits(me, True, refresh):
             o = stiefel_map(v @ a_t, a_h)
-        else:
+        if StrictSheafFRL.side_refits(me, False, refresh):
             v = stiefel_map(o @ a_h, a_t)
         torch.testing.assert_close(o.T @ v, stiefel_map(a_h, a_t), atol=1e-5, rtol=0)
-
-
-def test_homogeneous_tail_map_is_the_standard_map():
-    a_h, a_t, _ = _pilots(5, 5)
-    o_tail = stiefel_map(a_h, a_t)  # tail receives the head's raw pilots (O_head = I)
-    torch.testing.assert_close(o_tail, stiefel_map(a_h, a_t))
-    torch.testing.assert_close(o_tail.T @ o_tail, torch.eye(5, dtype=F64), atol=1e-10, rtol=0)
 
 
 # ---------------------------------------------------------------- prototypes
