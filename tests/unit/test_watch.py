@@ -242,22 +242,27 @@ def test_following_a_run_that_stopped_writing_says_so_once(tmp_path):
     old = time.time() - 45 * 60
     os.utime(path / "metrics.jsonl", (old, old))
 
+    first = _Signalling("no new record")
+
     def finish():
-        time.sleep(0.2)
+        assert first.event.wait(timeout=60)
+        time.sleep(0.2)  # more polls: the stall line must not repeat
         RunDir(path).write_summary({"wall_seconds": 2.0, "private_acc": 0.9})
         os.utime(path / "metrics.jsonl", (old, old))  # the summary, not a record, came
 
     writer = threading.Thread(target=finish)
     writer.start()
     try:
-        out = _watch(path, interval=0.02, stall=30)
+        assert watch(path, out=first, interval=0.02, stall=30) == 0
     finally:
         writer.join()
+    out = first.getvalue().splitlines()
     stalled = [ln for ln in out if ln.startswith("no new record")]
     assert stalled == ["no new record for 45 min: is the job still running? (still watching)"]
     assert out[-1].startswith("finished in")
     assert cli.main(["watch", str(path), "--stall", "0"]) == 2
-    os.utime(path / "metrics.jsonl", (time.time() - 20, time.time() - 20))
+    touched = time.time() - 20
+    os.utime(path / "metrics.jsonl", (touched, touched))
     (path / "summary.json").unlink()
     out = _Signalling("no new record")  # under a minute, in seconds
 
@@ -271,4 +276,6 @@ def test_following_a_run_that_stopped_writing_says_so_once(tmp_path):
         assert watch(path, out=out, interval=0.02, stall=0.1) == 0
     finally:
         writer.join()
-    assert re.search(r"no new record for 2\d s: is the job still running\?", out.getvalue())
+    said = re.search(r"no new record for (\d+) s: is the job still running\?", out.getvalue())
+    # in seconds, counted from the file's time: at least the 20 s it was set back
+    assert said and 20 <= int(said.group(1)) < 60, out.getvalue()
