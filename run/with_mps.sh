@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Run a command with an NVIDIA MPS daemon, so that MPI ranks sharing one GPU run their
-# kernels concurrently instead of taking the GPU in time slices. For 15 Sheaf-FRL ranks
-# on one H200 this took the speedup over one process from 3.8x to 11.8x
-# (results/bench/README.md, target 3). One node; start it once per node.
+# kernels concurrently instead of taking the GPU in time slices. For the 15 Table-2
+# models on one H200 (one rank each, against one process training them in turn) this
+# took the epoch speedup from 3.8x to 11.8x for non-cooperative ranks and from 1.15x to
+# 3.53x for Sheaf-FRL ranks (results/bench/README.md, target 3). One node; start it
+# once per node.
 #
 #   run/with_mps.sh mpiexec -n 15 fedsheaf run configs/mnist15.yaml train.device=cuda
 #   run/with_mps.sh fedsheaf bench --size full --device cuda
