@@ -84,7 +84,10 @@ def _pair_files(tmp_path: Path, dims, algorithm):
         (2, [20, 12], "sheaf_frl", ["sheaf.map_refresh=step", "sheaf.window=48"]),  # sliding
     ],
 )
-def test_small_meshes(mpirun, tmp_path, n, dims, algorithm, overrides):
+def test_small_meshes_start_train_and_finish(mpirun, tmp_path, n, dims, algorithm, overrides):
+    """Launches at np = 1 and 2 (an isolated rank, an edge, the non-blocking exchange with
+    no neighbour, a sliding window): each runs to its summary. That these options compute
+    what they should is checked elsewhere (test_variants.py, tests/unit)."""
     config = _pair_files(tmp_path, dims, algorithm)
     proc = _run(mpirun, n, config, tmp_path / "runs", *overrides)
     assert proc.returncode == 0, proc.stderr

@@ -9,6 +9,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -102,12 +103,21 @@ def _node(raw: Any, path: tuple) -> Any:
     return raw
 
 
+#: Settings whose value in the quickstart config is a number (int or float, not bool).
+SCALAR_NUMBERS = {
+    p for p in PATHS if isinstance(v := _node(RAW, p), int | float) and not isinstance(v, bool)
+}
+
+
 def _build(raw: dict) -> ExperimentConfig | None:
-    """Build, allowing only ConfigError; None when rejected."""
+    """Build, allowing only ConfigError; None when rejected. What is accepted must be a
+    config that its own dump (what a run writes as config.yaml) loads back as."""
     try:
-        return build(ExperimentConfig, raw)
+        cfg = build(ExperimentConfig, raw)
     except ConfigError:
         return None
+    assert build(ExperimentConfig, yaml.safe_load(dump_config(cfg))) == cfg
+    return cfg
 
 
 @SETTINGS
@@ -115,7 +125,9 @@ def _build(raw: dict) -> ExperimentConfig | None:
 def test_replacing_any_value_gives_a_config_or_a_config_error(path, value):
     raw = copy.deepcopy(RAW)
     _node(raw, path[:-1])[path[-1]] = value
-    _build(raw)
+    cfg = _build(raw)
+    if cfg is not None and isinstance(value, str) and path in SCALAR_NUMBERS:
+        raise AssertionError(f"text {value!r} accepted for the number at {path}")
 
 
 @SETTINGS
@@ -123,7 +135,12 @@ def test_replacing_any_value_gives_a_config_or_a_config_error(path, value):
 def test_deleting_any_key_gives_a_config_or_a_config_error(path):
     raw = copy.deepcopy(RAW)
     del _node(raw, path[:-1])[path[-1]]
-    _build(raw)
+    cfg = _build(raw)
+    if cfg is not None and len(path) == 2 and all(isinstance(k, str) for k in path):
+        # a deleted setting of a section takes its documented default
+        section = getattr(cfg, path[0])
+        default = getattr(type(section)(), path[1])
+        assert getattr(section, path[1]) == default, path
 
 
 FIELD_NAMES = {f.name for f in fields(ExperimentConfig)}

@@ -98,14 +98,23 @@ def test_structural_corruptions_load_or_raise_graph_error(
 ) -> None:
     doc = yaml.safe_load(_text(graph))
     kind = data.draw(st.sampled_from(["top", "node", "edge", "drop"]))
+    must_fail = False  # an unknown key, a missing section: never silently accepted
     if kind == "top":
-        doc[data.draw(st.sampled_from(["name", "nodes", "edges", "extra"]))] = data.draw(JUNK)
+        key = data.draw(st.sampled_from(["name", "nodes", "edges", "extra"]))
+        doc[key] = data.draw(JUNK)
+        must_fail = key == "extra"
     elif kind == "node":
         node = data.draw(st.sampled_from(doc["nodes"]))
-        node[data.draw(st.sampled_from(["id", "dim", "classes", "bogus"]))] = data.draw(JUNK)
+        key = data.draw(st.sampled_from(["id", "dim", "classes", "bogus"]))
+        node[key] = data.draw(JUNK)
+        must_fail = key == "bogus"
     elif kind == "edge":
         doc["edges"].append(data.draw(JUNK))
     else:
-        doc.pop(data.draw(st.sampled_from(["name", "nodes", "edges"])))
+        must_fail = doc.pop(data.draw(st.sampled_from(["nodes", "edges"]))) is not None
     result = _roundtrip(yaml.safe_dump(doc))
-    assert result is None or isinstance(result, Graph)
+    if must_fail:
+        assert result is None, doc
+    elif result is not None:  # whatever is accepted is a valid graph that saves as it loads
+        assert result.is_connected()
+        assert _roundtrip(_text(result)) == result
