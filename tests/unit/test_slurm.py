@@ -23,6 +23,10 @@ exit "${FAKE_SRUN_EXIT:-0}"
 """
 
 
+#: What every script passes srun before the command (SLURM_CPUS_PER_TASK unset: 1).
+SRUN_OPTS = ["--mpi=pmix", "--kill-on-bad-exit=1", "--cpus-per-task=1"]
+
+
 @pytest.fixture
 def fake_srun(tmp_path: Path):
     bin_dir = tmp_path / "bin"
@@ -66,8 +70,9 @@ def test_scripts_are_strict_bash(script):
 def test_study15_runs_fifteen_ranks_on_its_config(fake_srun):
     proc, argv = fake_srun("study15.sbatch", "seed=2", SLURM_NTASKS="15", SLURM_CPUS_PER_TASK="6")
     assert proc.returncode == 0, proc.stderr
-    n = argv.index("-n")
-    assert argv[n + 1] == "15"
+    # a rank dying outside Python ends the step; srun gets the task's cores itself
+    assert argv[:4] == ["--mpi=pmix", "--kill-on-bad-exit=1", "--cpus-per-task=6", "-n"]
+    assert argv[4] == "15"
     cmd = argv[argv.index("python") :]
     assert cmd[:5] == ["python", "-m", "fedsheaf", "run", "configs/mnist15.yaml"]
     assert cmd[5:] == ["checkpoint.resume=true", "seed=2"]
@@ -125,8 +130,8 @@ def test_sweep_array_runs_the_line_of_its_task(fake_srun, tmp_path):
             SLURM_CPUS_PER_TASK="3",
         )
         assert proc.returncode == 0, proc.stderr
-        assert argv[0].startswith("--mpi=")
-        assert argv[1:] == [
+        assert argv[:3] == ["--mpi=pmix", "--kill-on-bad-exit=1", "--cpus-per-task=3"]
+        assert argv[3:] == [
             "-n",
             "15",
             "fedsheaf",
@@ -139,9 +144,13 @@ def test_sweep_array_runs_the_line_of_its_task(fake_srun, tmp_path):
         ]
     assert "FEDSHEAF_THREADS=3" in fake_srun.log.with_name("srun.log.env").read_text()
     _, argv = fake_srun("sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="4")
-    assert argv[1:] == ["fedsheaf", "run", "configs/pair.yaml", "output.name=run4"]
-    _, argv = fake_srun("sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="5")
-    assert argv[1:] == ["-n", "2", "fedsheaf", "run", "configs/pair.yaml"]
+    assert argv == [*SRUN_OPTS, "fedsheaf", "run", "configs/pair.yaml", "output.name=run4"]
+    _, argv = fake_srun("sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="5", SRUN_MPI="pmi2")
+    assert argv == [
+        "--mpi=pmi2",
+        *SRUN_OPTS[1:],
+        *["-n", "2", "fedsheaf", "run", "configs/pair.yaml"],
+    ]
 
 
 @pytest.mark.parametrize(
@@ -165,10 +174,7 @@ def test_sweep_array_fails_clearly(fake_srun, tmp_path, task, args, message):
 
 
 def test_fedrep_script_passes_config_and_algorithm(fake_srun):
-    script = SLURM / "fedrep_100clients.sbatch"
-    if not script.exists():
-        pytest.skip("slurm/fedrep_100clients.sbatch not written yet")
-    assert "set -euo pipefail" in script.read_text()
+    assert "set -euo pipefail" in (SLURM / "fedrep_100clients.sbatch").read_text()
     proc, argv = fake_srun(
         "fedrep_100clients.sbatch",
         "federated.rounds=5",
@@ -177,6 +183,7 @@ def test_fedrep_script_passes_config_and_algorithm(fake_srun):
         SLURM_NTASKS="101",
     )
     assert proc.returncode == 0, proc.stderr
+    assert argv[:4] == [*SRUN_OPTS, "--cpu-bind=cores"]
     cmd = argv[argv.index("-m") :]
     assert cmd[:4] == ["-m", "fedsheaf", "run", "configs/fedrep_fmnist_100c2.yaml"]
     assert "algorithm=fedavg_ft" in cmd and cmd[-1] == "federated.rounds=5"
@@ -191,7 +198,7 @@ def test_study15_with_mps_wraps_srun_in_a_daemon(fake_srun, tmp_path):
     install_fake_mps(tmp_path / "bin")
     proc, argv = fake_srun("study15.sbatch", MPS="true", FAKE_MPS_LOG=str(tmp_path / "mps.log"))
     assert proc.returncode == 0, proc.stderr
-    assert "mps=true" in proc.stdout and argv[:3] == ["--mpi=pmix", "-n", "15"]
+    assert "mps=true" in proc.stdout and argv[:5] == [*SRUN_OPTS, "-n", "15"]
     env = fake_srun.log.with_name("srun.log.env").read_text()
     pipe = next(ln.split("=", 1)[1] for ln in env.splitlines() if ln.startswith("CUDA_MPS_PIPE"))
     assert pipe.endswith("/pipe")
@@ -238,3 +245,46 @@ def test_scripts_keep_their_log_when_requeued_and_need_fedsheaf(fake_srun, tmp_p
 def test_study15_with_mps_needs_one_node(fake_srun):
     proc, argv = fake_srun("study15.sbatch", MPS="true", SLURM_JOB_NUM_NODES="2")
     assert proc.returncode == 2 and argv == [] and "submit with --nodes=1" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "script", ["study15.sbatch", "sweep_array.sbatch", "fedrep_100clients.sbatch"]
+)
+def test_scripts_accept_torch_and_mpi4py_from_pythonpath(fake_srun, tmp_path, script):
+    """Cluster modules (EasyBuild, Spack) provide torch and mpi4py through PYTHONPATH:
+    a bare interpreter with them there passes the scripts' check."""
+    import sysconfig
+
+    elsewhere = tmp_path / "elsewhere"  # a checkout without .venv
+    (elsewhere / "configs").mkdir(parents=True)
+    for config in ("mnist15.yaml", "fedrep_cifar10_100c2.yaml"):
+        (elsewhere / "configs" / config).write_text("name: x\n")
+    shim = tmp_path / "bin" / "python"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')  # -S: no site-packages
+    shim.chmod(0o755)
+    modules = os.pathsep.join([sysconfig.get_paths()["purelib"], str(REPO)])
+    runs = _run_list(tmp_path, ["python -m fedsheaf run configs/pair.yaml"])
+    args = [str(runs)] if script == "sweep_array.sbatch" else []
+    proc, argv = fake_srun(
+        script,
+        *args,
+        SLURM_SUBMIT_DIR=str(elsewhere),
+        SLURM_ARRAY_TASK_ID="1",
+        SLURM_NTASKS={"study15.sbatch": "15"}.get(script, "101"),
+        PYTHONPATH=modules,
+        PATH=f"{shim.parent}:/usr/bin:/bin",  # no fedsheaf command: `python -m` needs none
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "python" in argv
+    if script == "sweep_array.sbatch":  # ... while a line that runs `fedsheaf` does
+        runs = _run_list(tmp_path, ["fedsheaf run configs/pair.yaml"])
+        proc, argv = fake_srun(
+            script,
+            str(runs),
+            SLURM_SUBMIT_DIR=str(elsewhere),
+            SLURM_ARRAY_TASK_ID="1",
+            PYTHONPATH=modules,
+            PATH=f"{shim.parent}:/usr/bin:/bin",
+        )
+        assert proc.returncode == 2 and argv == []
+        assert "the line runs 'fedsheaf', which is not on PATH" in proc.stderr
