@@ -116,3 +116,33 @@ def failed_to_start(output: str, started: str | None = None) -> bool:
     if started is not None and started in output:
         return False
     return any(msg in output for msg in START_FAILURES)
+
+
+#: CUDA_VISIBLE_DEVICES values that name no device.
+NO_GPUS = ("", "-1", "none", "NoDevFiles")
+
+
+def unusable_gpus(visible: str | None = None) -> str | None:
+    """Why the GPUs this process was given cannot be used, or None.
+
+    ``visible`` defaults to ``CUDA_VISIBLE_DEVICES`` (what SLURM sets for a job with
+    GPUs). When it names devices but torch sees none (a CPU-only torch build, a driver
+    older than torch's CUDA), a run asked for ``train.device=auto`` would otherwise train
+    on the CPU while holding the GPUs.
+    """
+    import torch
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
+    if visible is None or visible.strip() in NO_GPUS or torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        why = f"this torch ({torch.__version__}) is a CPU-only build"
+    else:
+        why = (
+            f"torch {torch.__version__} (built for CUDA {torch.version.cuda}) finds no usable "
+            "device (a driver older than that CUDA?)"
+        )
+    return (
+        f"this process was given GPUs (CUDA_VISIBLE_DEVICES={visible}) but cannot use them: "
+        f"{why}; fix the environment, or pass train.device=cpu to train on the CPU anyway"
+    )

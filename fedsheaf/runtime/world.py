@@ -23,7 +23,7 @@ import torch
 from mpi4py import MPI
 
 from fedsheaf.errors import FedsheafError
-from fedsheaf.hostinfo import usable_cpus
+from fedsheaf.hostinfo import unusable_gpus, usable_cpus
 
 T = TypeVar("T")
 USER_ERROR_EXIT = 2
@@ -131,6 +131,8 @@ def choose_device(preference: str, local_rank: int) -> torch.device:
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     if preference == "cuda":
         raise FedsheafError("train.device=cuda but no CUDA device is visible on this node")
+    if preference == "auto" and (why := unusable_gpus()):
+        raise FedsheafError(why)
     return torch.device("cpu")
 
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+import torch
 
 from fedsheaf.hostinfo import (
     failed_to_start,
     launch_flags,
     physical_cores,
+    unusable_gpus,
     usable_cpu_ids,
     usable_cpus,
 )
@@ -105,3 +110,43 @@ def test_a_start_failure_is_known_text_before_the_ranks_printed():
     assert not failed_to_start("fedsheaf: writing runs/x\n" + logged, started="fedsheaf: ")
     assert not failed_to_start("Traceback (most recent call last):\nImportError: mpi4py\n")
     assert not failed_to_start("")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine where CUDA is unusable")
+@pytest.mark.parametrize("visible", ["0", "0,1", "GPU-5f3c"])
+def test_gpus_given_but_unusable_are_named(visible):
+    why = unusable_gpus(visible)
+    assert why is not None and f"CUDA_VISIBLE_DEVICES={visible}" in why
+    assert "train.device=cpu" in why
+    assert ("CPU-only build" in why) == (torch.version.cuda is None)
+
+
+@pytest.mark.parametrize("visible", ["", "-1", "NoDevFiles", " "])
+def test_no_gpus_given_is_no_complaint(visible):
+    assert unusable_gpus(visible) is None
+
+
+def test_a_run_on_a_job_with_unusable_gpus_stops_with_one_line(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine where CUDA is unusable")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "FEDSHEAF_THREADS": "1"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fedsheaf",
+            "run",
+            "configs/quickstart.yaml",
+            "train.epochs=1",
+            f"output.dir={tmp_path}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("fedsheaf: error")]
+    assert len(lines) == 1 and "cannot use them" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
