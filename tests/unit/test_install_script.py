@@ -1,0 +1,67 @@
+"""run/install.sh keeps a venv's extras: run/test.sh and run/bench.sh call it with none, and
+must not add the PyPI Open MPI to a cluster venv built against the site MPI.
+
+The script runs on a copy of the repository's files with a stand-in interpreter in
+``.venv/bin/python`` that records what pip was asked to install (no download here).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+STAND_IN = """#!/bin/sh
+# records `-m pip install ... -e .[extras]`; every import check succeeds
+case "$*" in
+  *"pip install"*"-e"*) echo "$*" >> "$(dirname "$0")/../pip.log" ;;
+esac
+exit 0
+"""
+
+
+def _checkout(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    (root / "run").mkdir(parents=True)
+    shutil.copy2(REPO / "run" / "install.sh", root / "run" / "install.sh")
+    for name in ("setup.cfg", "pyproject.toml"):
+        shutil.copy2(REPO / name, root / name)
+    python = root / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(STAND_IN)
+    python.chmod(0o755)
+    return root
+
+
+def _install(root: Path, **env: str) -> list[str]:
+    full = {k: v for k, v in os.environ.items() if k != "FEDSHEAF_EXTRAS"}
+    full.update(env)
+    proc = subprocess.run(
+        ["bash", str(root / "run" / "install.sh")], env=full, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    log = root / ".venv" / "pip.log"
+    calls = log.read_text().splitlines() if log.exists() else []
+    log.unlink(missing_ok=True)
+    return [c.split("-e ", 1)[1] for c in calls if "-e " in c]
+
+
+def test_the_extras_of_the_first_install_are_kept(tmp_path):
+    root = _checkout(tmp_path)
+    assert _install(root, FEDSHEAF_EXTRAS="test") == [".[test]"]  # a cluster venv
+    assert _install(root) == []  # installed: nothing to do
+    with open(root / "setup.cfg", "a") as fh:
+        fh.write("\n# a changed dependency list: install again\n")
+    assert _install(root) == [".[test]"]  # not .[test,mpi-wheel]
+    assert (root / ".venv" / ".fedsheaf-extras").read_text() == "test\n"
+
+
+def test_a_fresh_venv_gets_the_mpi_wheel_and_an_explicit_choice_wins(tmp_path):
+    root = _checkout(tmp_path)
+    assert _install(root) == [".[test,mpi-wheel]"]
+    assert _install(root, FEDSHEAF_EXTRAS="test") == [".[test]"]
+    with open(root / "setup.cfg", "a") as fh:
+        fh.write("\n# changed\n")
+    assert _install(root) == [".[test]"]
