@@ -288,3 +288,40 @@ def test_scripts_accept_torch_and_mpi4py_from_pythonpath(fake_srun, tmp_path, sc
         )
         assert proc.returncode == 2 and argv == []
         assert "the line runs 'fedsheaf', which is not on PATH" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "script", ["study15.sbatch", "sweep_array.sbatch", "fedrep_100clients.sbatch"]
+)
+def test_an_environment_activated_before_sbatch_is_kept(fake_srun, tmp_path, script):
+    """The checkout's .venv is used only when no venv or conda environment is active."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "configs").mkdir(parents=True)
+    for config in ("mnist15.yaml", "fedrep_cifar10_100c2.yaml"):
+        (elsewhere / "configs" / config).write_text("name: x\n")
+    shim = tmp_path / "bin" / "python"  # the interpreter of the active environment
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    shim.chmod(0o755)
+    marker = tmp_path / "activated"
+    activate = elsewhere / ".venv" / "bin" / "activate"
+    activate.parent.mkdir(parents=True)
+    activate.write_text(f"touch '{marker}'\n")
+    runs = _run_list(tmp_path, ["python -m fedsheaf run configs/pair.yaml"])
+    args = [str(runs)] if script == "sweep_array.sbatch" else []
+    env = dict(
+        SLURM_SUBMIT_DIR=str(elsewhere),
+        SLURM_ARRAY_TASK_ID="1",
+        SLURM_NTASKS={"study15.sbatch": "15"}.get(script, "101"),
+        VIRTUAL_ENV="",
+        CONDA_PREFIX="",
+    )
+    for active, used in (
+        ({"VIRTUAL_ENV": "/opt/env"}, False),
+        ({"CONDA_PREFIX": "/c"}, False),
+        ({}, True),
+    ):
+        marker.unlink(missing_ok=True)
+        proc, _ = fake_srun(script, *args, **{**env, **active})
+        assert proc.returncode == 0, proc.stderr
+        assert marker.exists() == used, active
+        assert f"python {shim}" in proc.stdout  # the job log names its interpreter
