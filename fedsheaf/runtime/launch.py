@@ -24,7 +24,7 @@ from fedsheaf.errors import ConfigError, FedsheafError
 from fedsheaf.progress import Recorder, agent_table
 from fedsheaf.results import PREVIOUS_SUMMARY, RunDir, atomic_write_text, check_not_foreign
 from fedsheaf.runtime.topology import Neighbourhood
-from fedsheaf.runtime.world import World, init_world
+from fedsheaf.runtime.world import World, choose_device, init_world, refuse_unusable_gpus
 from fedsheaf.units import count
 
 
@@ -333,9 +333,9 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
         world.log(note)
         return 0
     if cfg.train.device != "auto":
-        from fedsheaf.runtime.world import choose_device
-
         world.device = world.agree(lambda: choose_device(cfg.train.device, world.local_rank))
+    elif world.device.type == "cpu":
+        world.agree(refuse_unusable_gpus)
     try:
         if cfg.decentralized:
             run_decentralized(cfg, world)

@@ -131,9 +131,15 @@ def choose_device(preference: str, local_rank: int) -> torch.device:
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     if preference == "cuda":
         raise FedsheafError("train.device=cuda but no CUDA device is visible on this node")
-    if preference == "auto" and (why := unusable_gpus()):
-        raise FedsheafError(why)
     return torch.device("cpu")
+
+
+def refuse_unusable_gpus() -> None:
+    """For ``train.device=auto`` on the CPU: a job given GPUs that torch cannot use is an
+    error (:func:`fedsheaf.hostinfo.unusable_gpus`), not a silent run on the CPU."""
+    why = unusable_gpus()
+    if why:
+        raise FedsheafError(why)
 
 
 def set_threads(local_size: int) -> int:

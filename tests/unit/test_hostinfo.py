@@ -150,3 +150,8 @@ def test_a_run_on_a_job_with_unusable_gpus_stops_with_one_line(tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("fedsheaf: error")]
     assert len(lines) == 1 and "cannot use them" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
+    forced = subprocess.run(  # train.device=cpu: the CPU was asked for
+        [*proc.args, "train.device=cpu"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert "cannot use them" not in forced.stderr
+    assert "has 4 nodes but the job has 1 rank" in forced.stderr  # the next check speaks
