@@ -23,6 +23,7 @@ from fedsheaf.config import (
 from fedsheaf.errors import ConfigError, FedsheafError
 from fedsheaf.progress import Recorder, agent_table
 from fedsheaf.results import PREVIOUS_SUMMARY, RunDir, atomic_write_text, check_not_foreign
+from fedsheaf.runtime import stop_request
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import World, choose_device, init_world, refuse_unusable_gpus
 from fedsheaf.units import count
@@ -273,16 +274,27 @@ def checkpointer(
     cfg: ExperimentConfig, job: World, run_path: Path, state: Callable[[], dict[str, Any]]
 ) -> Callable[[int], None] | None:
     """The after-epoch (after-round) hook: every rank of ``job`` saves ``state()``, then
-    ``job``'s root commits the manifest once all files are on disk."""
+    ``job``'s root commits the manifest once all files are on disk.
+
+    A stop requested on any rank (:mod:`fedsheaf.runtime.stop_request`) writes the
+    checkpoint now and raises :class:`~fedsheaf.runtime.stop_request.StopRequested` on
+    every rank, unless this was the last epoch (round) anyway.
+    """
     every, keep, last = cfg.checkpoint.every, cfg.checkpoint.keep, run_length(cfg)[0]
 
     def save(done: int) -> None:
-        if not checkpoint.due(done, every, last):
+        stop = job.any(stop_request.requested()) and done < last
+        if not (stop or checkpoint.due(done, every, last)):
             return
         checkpoint.save_rank(run_path, done, job.rank, state())
         job.barrier()  # every rank's file is on disk before the manifest names it
         if job.is_root:
             checkpoint.commit(run_path, done, job.size, keep)
+        if stop:
+            if job.is_root:
+                stop_request.leave_note(run_path, run_length(cfg)[1], done)
+            job.barrier()  # the checkpoint and the note are on disk before any rank leaves
+            raise stop_request.StopRequested(done)
 
     return save if every > 0 else None
 
@@ -324,6 +336,7 @@ def finished_note(cfg: ExperimentConfig) -> str | None:
 def main(config_path: str | None, overrides: list[str], resume_dir: str | None = None) -> int:
     """Entry point of ``fedsheaf run`` on every rank (``resume_dir``: ``--resume RUN_DIR``)."""
     world = init_world()
+    stop_request.install()
     cfg = world.agree(lambda: run_config(config_path, overrides, resume_dir))
     ignored = cfg.ignored_settings()
     if ignored:
@@ -351,5 +364,14 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
         # Raised mid-run on some ranks (e.g. a diverged loss) while the others wait in a
         # collective: the runtime's abort hook names this rank and ends the whole job.
         sys.excepthook(type(exc), exc, exc.__traceback__)
+    except stop_request.StopRequested as stop:  # on every rank at once
+        unit = run_length(cfg)[1]
+        run_dir = Path(cfg.output.dir) / cfg.run_name()
+        world.log(
+            f"fedsheaf: stopped on {stop_request.SIGNAL.name} after {unit} {stop.done} of "
+            f"{run_length(cfg)[0]}, its checkpoint written; continue with: fedsheaf run "
+            f"--resume {run_dir}"
+        )
+        return stop_request.STOPPED_EXIT
     world.barrier()
     return 0

@@ -87,6 +87,10 @@ class World:
     def bcast(self, obj: Any) -> Any:
         return self.comm.bcast(obj, root=0)
 
+    def any(self, flag: bool) -> bool:
+        """Whether ``flag`` is true on any rank (collective)."""
+        return bool(self.comm.allreduce(bool(flag), op=MPI.LOR))
+
     def agree(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on every rank; if it raises a user error anywhere, stop everywhere.
 

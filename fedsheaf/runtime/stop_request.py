@@ -1,0 +1,71 @@
+"""Stopping a run early, at the next epoch (round) end, with a checkpoint: on SIGUSR1.
+
+A batch system warns a job before ending it: SLURM's ``--signal=USR1@300`` sends SIGUSR1
+to every task five minutes before the time limit (the ``slurm/`` scripts ask for it).
+Each rank's handler only sets a flag. After every epoch (round) the checkpoint hook ORs
+the flags over the job (one small allreduce), so all ranks decide alike; if any rank
+was signalled, every rank writes its checkpoint, whether or not one was due, and the run
+ends with :data:`STOPPED_EXIT`. The resumed run continues from that checkpoint exactly as
+from any other.
+
+A batch script cannot rely on that exit status: ``srun --kill-on-bad-exit`` may kill the
+last ranks while they exit, and srun then reports their signal instead. So where
+:data:`NOTE_ENV` names a file, rank 0 writes it (run directory and epoch) before any
+rank leaves; the ``slurm/`` scripts requeue the job when they find it.
+
+With ``checkpoint.every=0`` (no checkpoints) the signal is ignored: there would be
+nothing to continue from, so the run goes on until the job ends it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+from fedsheaf.results import atomic_write_json
+
+SIGNAL = signal.SIGUSR1
+#: The exit status of a run stopped on request (EX_TEMPFAIL: "try again later").
+STOPPED_EXIT = 75
+#: The environment variable naming the file that says "stopped on request".
+NOTE_ENV = "FEDSHEAF_STOPPED_FILE"
+
+_requested = False
+
+
+class StopRequested(Exception):
+    """Raised on every rank of a job once the checkpoint after ``done`` is written."""
+
+    def __init__(self, done: int) -> None:
+        super().__init__(f"stopped on request after {done}")
+        self.done = done
+
+
+def _note(signum: int, frame: FrameType | None) -> None:
+    global _requested
+    _requested = True
+
+
+def install() -> None:
+    """Let :data:`SIGNAL` request a stop (from the main thread; elsewhere a no-op)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(SIGNAL, _note)
+
+
+def requested() -> bool:
+    """Whether this rank has received :data:`SIGNAL` since :func:`install`."""
+    return _requested
+
+
+def leave_note(run_dir: Path, unit: str, done: int) -> Path | None:
+    """Rank 0, once the checkpoint after ``done`` is committed: write the file that
+    :data:`NOTE_ENV` names, if any (atomically, so a reader never sees half of it)."""
+    name = os.environ.get(NOTE_ENV, "").strip()
+    if not name:
+        return None
+    path = Path(name)
+    atomic_write_json(path, {"run_dir": str(run_dir), unit: done})
+    return path

@@ -1,0 +1,126 @@
+"""SIGUSR1 (SLURM's warning before a time limit) stops a run at the next epoch (round)
+end with a checkpoint, on real ranks: exit status 75, the checkpoint of that epoch
+although none was due, and a resume that continues as if nothing had happened.
+
+The signal goes to one rank only: the ranks decide together (an OR over the job).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from fedsheaf import checkpoint
+from fedsheaf.runtime.stop_request import STOPPED_EXIT
+from tests.conftest import BackgroundMpi, mpi_env, run_mpi, untimed
+from tests.mpi.test_failures import _rank_pids
+
+pytestmark = pytest.mark.mpi
+
+
+def _records(run: Path) -> list[dict]:
+    path = run / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def _stop_one_rank(job: BackgroundMpi, tag: str, run: Path, after: int) -> int:
+    """Signal one rank once ``after`` records are written; the epoch the job stopped at."""
+    deadline = time.monotonic() + 180
+    while len(_records(run)) < after:
+        assert job.poll() is None and time.monotonic() < deadline, job.output()
+        time.sleep(0.05)
+    os.kill(_rank_pids(tag, job.pid)[-1], signal.SIGUSR1)
+    assert job.wait(timeout=180) == STOPPED_EXIT, job.output()
+    said = re.search(r"stopped on SIGUSR1 after (epoch|round) (\d+) of (\d+)", job.output())
+    assert said, job.output()
+    assert f"fedsheaf run --resume {run}" in job.output()
+    return int(said.group(2))
+
+
+def test_a_decentralized_run_stops_with_a_checkpoint_and_resumes_as_if_uninterrupted(
+    tmp_path,
+):
+    name = f"stop-{uuid.uuid4().hex[:12]}"  # unique command line, to find the ranks
+    run = tmp_path / name
+    common = ["configs/quickstart.yaml", f"output.dir={tmp_path}", "train.steps_per_epoch=2"]
+    common += ["checkpoint.every=1000", "train.eval_every=2"]  # no checkpoint is ever due
+    args = ["-m", "fedsheaf", "run", *common, f"output.name={name}", "train.epochs=500"]
+    note = tmp_path / "job-42.stopped"  # what a batch script asks for
+    env = {**mpi_env(), "FEDSHEAF_STOPPED_FILE": str(note)}
+    job = BackgroundMpi(4, args, tmp_path / "stopped.log", env=env)
+    try:
+        done = _stop_one_rank(job, f"output.name={name}", run, after=2)
+    finally:
+        job.kill()
+    assert json.loads(note.read_text()) == {"run_dir": str(run), "epoch": done}
+    assert done >= 2 and len(_records(run)) == done
+    assert checkpoint.latest(run, 4).epoch == done
+    assert not (run / "summary.json").exists()
+
+    longer = done + 3
+    resumed = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), f"train.epochs={longer}"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming {run} after epoch {done}" in resumed.stdout
+    straight = run_mpi(
+        4, ["-m", "fedsheaf", "run", *common, "output.name=straight", f"train.epochs={longer}"]
+    )
+    assert straight.returncode == 0, straight.stderr
+    assert untimed(_records(run)) == untimed(_records(tmp_path / "straight"))
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["epoch"] == longer
+
+
+def test_a_server_based_run_stops_after_a_round(tmp_path, fmnist_root):
+    from tests.mpi.test_resume_server import _config, _fedrep
+
+    cfg = _fedrep(fmnist_root)
+    cfg["federated"]["rounds"] = 400
+    cfg["checkpoint"] = {"every": 1000}
+    path = _config(tmp_path, cfg)
+    name = f"stop-{uuid.uuid4().hex[:12]}"
+    run = tmp_path / "runs" / name
+    args = ["-m", "fedsheaf", "run", str(path), f"output.name={name}"]
+    job = BackgroundMpi(3, args, tmp_path / "stopped.log")  # no note asked for
+    try:
+        done = _stop_one_rank(job, f"output.name={name}", run, after=1)
+    finally:
+        job.kill()
+    assert not list(tmp_path.glob("*.stopped"))
+    assert checkpoint.latest(run, 3).epoch == done
+    assert not (run / "summary.json").exists()
+    resumed = run_mpi(
+        3, ["-m", "fedsheaf", "run", "--resume", str(run), f"federated.rounds={done + 1}"]
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"after round {done}" in resumed.stdout
+    assert json.loads((run / "summary.json").read_text())["rounds"] == done + 1
+
+
+def test_a_hub_run_stops_with_its_server(tmp_path):
+    """FedProto: three agents and a server rank, the server's state in the checkpoint."""
+    from tests.mpi.test_variants_hub import _write
+
+    config = _write(tmp_path)
+    name = f"stop-{uuid.uuid4().hex[:12]}"
+    run = tmp_path / "runs" / name
+    args = ["-m", "fedsheaf", "run", str(config), "algorithm=fedproto", f"output.name={name}"]
+    args += ["train.epochs=400", "checkpoint.every=1000"]
+    job = BackgroundMpi(4, args, tmp_path / "stopped.log")
+    try:
+        done = _stop_one_rank(job, f"output.name={name}", run, after=1)
+    finally:
+        job.kill()
+    assert checkpoint.latest(run, 4).epoch == done
+    longer = f"train.epochs={done + 1}"
+    resumed = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), longer])
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((run / "summary.json").read_text())["epoch"] == done + 1
