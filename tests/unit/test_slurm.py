@@ -19,7 +19,15 @@ printf '%s\\n' "$@" > "$log"
 echo "FEDSHEAF_THREADS=${FEDSHEAF_THREADS:-}" > "$log.env"
 echo "PWD=$(pwd)" >> "$log.env"
 echo "CUDA_MPS_PIPE_DIRECTORY=${CUDA_MPS_PIPE_DIRECTORY:-}" >> "$log.env"
+echo "FEDSHEAF_STOPPED_FILE=${FEDSHEAF_STOPPED_FILE:-}" >> "$log.env"
+if [[ -n ${FAKE_SRUN_STOP:-} ]]; then  # the run stopped on SIGUSR1, as fedsheaf says so
+  echo '{"run_dir": "runs/x", "epoch": 3}' > "$FEDSHEAF_STOPPED_FILE"
+fi
 exit "${FAKE_SRUN_EXIT:-0}"
+"""
+FAKE_SCONTROL = """#!/bin/bash
+echo "$@" >> "${FAKE_SRUN_LOG:?}.scontrol"
+exit "${FAKE_SCONTROL_EXIT:-0}"
 """
 
 
@@ -33,6 +41,8 @@ def fake_srun(tmp_path: Path):
     bin_dir.mkdir()
     (bin_dir / "srun").write_text(FAKE_SRUN)
     (bin_dir / "srun").chmod(0o755)
+    (bin_dir / "scontrol").write_text(FAKE_SCONTROL)
+    (bin_dir / "scontrol").chmod(0o755)
     log = tmp_path / "srun.log"
 
     def run(script: str, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
@@ -44,6 +54,7 @@ def fake_srun(tmp_path: Path):
         )
         full.update(env)
         log.unlink(missing_ok=True)
+        log.with_name("srun.log.scontrol").unlink(missing_ok=True)
         proc = subprocess.run(
             ["bash", str(SLURM / script), *args],
             env=full,
@@ -325,3 +336,58 @@ def test_an_environment_activated_before_sbatch_is_kept(fake_srun, tmp_path, scr
         assert proc.returncode == 0, proc.stderr
         assert marker.exists() == used, active
         assert f"python {shim}" in proc.stdout  # the job log names its interpreter
+
+
+def _scontrol(fake_srun) -> list[str]:
+    calls = fake_srun.log.with_name("srun.log.scontrol")
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
+@pytest.mark.parametrize(
+    "script", ["study15.sbatch", "sweep_array.sbatch", "fedrep_100clients.sbatch"]
+)
+def test_a_run_stopped_before_the_time_limit_requeues_its_job(fake_srun, tmp_path, script):
+    text = (SLURM / script).read_text()
+    assert "\n#SBATCH --signal=USR1@300\n" in text  # SIGUSR1 to the ranks, 5 min ahead
+    runs = _run_list(
+        tmp_path,
+        ["python -m fedsheaf run c.yaml checkpoint.resume=true", "python -m fedsheaf run c.yaml"],
+    )
+    args = [str(runs)] if script == "sweep_array.sbatch" else []
+    env = dict(SLURM_ARRAY_TASK_ID="1", SLURM_NTASKS="15", SLURM_JOB_ID="4242")
+    if script == "fedrep_100clients.sbatch":
+        env["SLURM_NTASKS"] = "101"
+    note = REPO / ".fedsheaf-stopped.4242"  # in the submit directory, which all nodes share
+    proc, _ = fake_srun(script, *args, **env, FAKE_SRUN_STOP="1", FAKE_SRUN_EXIT="137")
+    assert proc.returncode == 0, proc.stderr  # srun's status does not count: the note does
+    assert _scontrol(fake_srun) == ["requeue 4242"]
+    assert "stopped before the time limit with a checkpoint; job requeued" in proc.stdout
+    srun_env = fake_srun.log.with_name("srun.log.env").read_text()
+    assert f"FEDSHEAF_STOPPED_FILE={note}" in srun_env and not note.exists()
+
+    proc, _ = fake_srun(script, *args, **env, FAKE_SRUN_STOP="1", FAKE_SCONTROL_EXIT="1")
+    assert proc.returncode == 75 and "not requeued" in proc.stderr  # scontrol refused
+    proc, _ = fake_srun(script, *args, **env, FAKE_SRUN_EXIT="3")  # a failure, not a stop
+    assert proc.returncode == 3 and _scontrol(fake_srun) == []
+    proc, _ = fake_srun(script, *args, **env)
+    assert proc.returncode == 0 and _scontrol(fake_srun) == []
+
+
+@pytest.mark.parametrize(
+    "script,env",
+    [
+        ("study15.sbatch", {"RESUME": "false", "SLURM_NTASKS": "15"}),
+        ("fedrep_100clients.sbatch", {"RESUME": "false", "SLURM_NTASKS": "101"}),
+        ("sweep_array.sbatch", {"SLURM_ARRAY_TASK_ID": "2"}),  # a line without resume
+    ],
+)
+def test_a_stopped_run_that_would_not_resume_is_not_requeued(fake_srun, tmp_path, script, env):
+    runs = _run_list(
+        tmp_path,
+        ["python -m fedsheaf run c.yaml checkpoint.resume=true", "python -m fedsheaf run c.yaml"],
+    )
+    args = [str(runs)] if script == "sweep_array.sbatch" else []
+    proc, _ = fake_srun(script, *args, **env, SLURM_JOB_ID="4243", FAKE_SRUN_STOP="1")
+    assert proc.returncode == 75 and _scontrol(fake_srun) == []
+    assert "not requeued" in proc.stderr
+    assert not (REPO / ".fedsheaf-stopped.4243").exists()
