@@ -190,6 +190,7 @@ def test_the_background_launcher_kills_the_ranks_too(tmp_path):
     ranks = [int(p.name) for p in ready.iterdir()]
     assert set(ranks) <= set(live_session(job.pid))
     session_dir = Path(tempfile.gettempdir()) / f"ompi.{job.pid}"  # Open MPI 5's
+    assert session_dir.is_dir()  # which a killed launcher leaves behind
     job.kill()
     assert job.proc.returncode is not None and not live_session(job.pid)
     assert not session_dir.exists()

@@ -19,7 +19,8 @@ from fedsheaf.sheaf.zca import zca_fit
 
 
 def test_derived_seeds_depend_only_on_their_keys():
-    assert derive_seed(0, "model", 3) == derive_seed(0, "model", 3)
+    # a fixed value: the same in every process, on every rank, whatever PYTHONHASHSEED
+    assert derive_seed(0, "model", 3) == 3724733436224096330
     assert (
         len(
             {

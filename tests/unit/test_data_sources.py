@@ -107,7 +107,9 @@ def test_unknown_name_and_split():
         dataset_shape("imagenet")
 
 
-def test_dataset_shape_matches_loaded():
+def test_dataset_shape_without_loading_the_data():
+    """The shapes models are built from before any file is read (digits, bundled, is
+    checked against its loaded arrays; the IDX tests load the others)."""
     assert dataset_shape("CIFAR10") == (3, 32, 32, 10)
     assert dataset_shape("fashionmnist") == (1, 28, 28, 10)
     assert dataset_shape("mnist") == (1, 28, 28, 10)

@@ -119,7 +119,10 @@ def test_class_overlap_is_deterministic_and_tie_broken_by_ids() -> None:
     g2 = class_overlap_graph(sets, [4, 4, 4, 4], density=0.6)
     assert g2.edges == ((0, 1), (0, 2), (0, 3), (1, 2))
     sets6 = random_class_sets(np.random.default_rng(3), 6)
-    assert class_overlap_graph(sets6, [5] * 6) == class_overlap_graph(sets6, [5] * 6)
+    # node 0 shares classes with everyone; 4 and 5 share three, the next heaviest edge
+    assert sets6[0] == {0, 2, 3, 4, 5} and sets6[4:] == [{1, 3, 4}, {0, 1, 3, 4}]
+    edges = ((0, 1), (0, 2), (0, 3), (0, 4), (0, 5), (4, 5))
+    assert class_overlap_graph(sets6, [5] * 6).edges == edges
 
 
 def test_class_overlap_rejects_bad_arguments() -> None:

@@ -16,20 +16,25 @@ from fedsheaf.processes import kill_session, live_session, process_state, stop_j
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
 
-# A launcher like mpiexec: two workers, each in a process group of its own; everyone
-# ignores SIGTERM when asked to (a rank stuck in a collective does not act on it).
+# A launcher like mpiexec: two workers, each in a process group of its own. Stubborn: the
+# launcher passes SIGTERM on to its workers, as mpiexec does, and everyone notes it and
+# carries on (a rank stuck in a collective does not act on it). Otherwise the launcher
+# dies of SIGTERM without passing it on.
 LAUNCHER = """
 import os, pathlib, signal, subprocess, sys, time
 ready, stubborn = pathlib.Path(sys.argv[1]), sys.argv[2] == "1"
 worker = (
     "import os, pathlib, signal, sys, time\\n"
-    "if sys.argv[2] == '1': signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n"
-    "pathlib.Path(sys.argv[1], str(os.getpid())).touch()\\n"
-    "time.sleep(600)\\n"
+    "here = pathlib.Path(sys.argv[1])\\n"
+    "def noted(*_): (here / f'term-{os.getpid()}').touch()\\n"
+    "if sys.argv[2] == '1': signal.signal(signal.SIGTERM, noted)\\n"
+    "(here / str(os.getpid())).touch()\\n"
+    "while True: time.sleep(600)\\n"
 )
-if stubborn:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-workers = [
+workers = []
+if stubborn:  # before the workers exist: they say they are ready only once started
+    signal.signal(signal.SIGTERM, lambda *_: [os.kill(w.pid, signal.SIGTERM) for w in workers])
+workers += [
     subprocess.Popen([sys.executable, "-c", worker, str(ready), sys.argv[2]],
                      process_group=0)
     for _ in range(2)
@@ -77,7 +82,11 @@ def test_a_killpg_of_the_launcher_leaves_workers_that_a_session_kill_reaches(tmp
 def test_stop_job_kills_what_ignores_sigterm_after_the_grace(tmp_path):
     launcher, workers = start(tmp_path, stubborn=True)
     try:
+        began = time.monotonic()
         stop_job(launcher, grace=1)
+        assert time.monotonic() - began >= 1  # SIGKILL only once the grace was over
+        ready = tmp_path / "ready"
+        assert sorted((ready / f"term-{pid}").exists() for pid in workers) == [True, True]
         assert launcher.returncode is not None
         assert not live_session(launcher.pid)
         assert all(gone(pid, launcher.pid) for pid in workers)

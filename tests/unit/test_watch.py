@@ -97,20 +97,30 @@ def test_head_fedavg_lines_show_mse_and_gram_error(tmp_path):
 
 def test_follow_mode_prints_new_records_until_summary_appears(tmp_path):
     path = make_decentralized(tmp_path, "run", epochs=1, finished=False)
+    first, second = _Signalling("epoch 1/1"), threading.Event()
+
+    class Output(io.StringIO):
+        def write(self, s: str) -> int:
+            first.write(s)
+            if "epoch 2/1" in s:
+                second.set()
+            return super().write(s)
 
     def finish():
-        time.sleep(0.15)
+        assert first.event.wait(timeout=60)  # record 2 arrives while watch follows
         rd = RunDir(path)
         rd.append_metrics({"epoch": 2, "loss": 0.25, "private_acc": 0.9, "seconds": 0.1})
-        time.sleep(0.1)
+        assert second.wait(timeout=60)
         rd.write_summary({"wall_seconds": 2.0, "private_acc": 0.9, "comm_acc": 0.4})
 
     writer = threading.Thread(target=finish)
     writer.start()
+    output = Output()
     try:
-        out = _watch(path, interval=0.02)
+        assert watch(path, out=output, interval=0.02) == 0
     finally:
         writer.join()
+    out = output.getvalue().splitlines()
     assert [line[:9] for line in out[1:3]] == ["epoch 1/1", "epoch 2/1"]
     assert out[3] == "finished in 2.0 s: private 0.9000 comm 0.4000"
 
