@@ -53,6 +53,20 @@ def physical_cores(cpus: list[int] | None = None, sysfs: Path = SYSFS_CPUS) -> i
     return max(1, len(cores))
 
 
+def threads_per_rank(masks: list[set[int]], mine: int) -> int:
+    """Torch threads for local rank ``mine``, given every local rank's CPU affinity mask.
+
+    Ranks that may all run on the same CPUs (no binding) share them: each takes its
+    share, ``len(mask) // ranks``. Ranks bound to CPUs of their own (``srun`` with
+    ``--cpus-per-task``, ``mpiexec --bind-to core``) each take all of theirs; dividing
+    again would leave ``srun -n 4 -c 8`` with 2 threads per rank instead of 8. In
+    general a rank's CPUs are divided among the local ranks whose masks overlap it.
+    """
+    own = masks[mine]
+    sharing = sum(1 for mask in masks if mask & own)
+    return max(1, len(own) // max(1, sharing))
+
+
 def launch_flags(ranks: int) -> tuple[list[str], dict[str, str]]:
     """The ``mpiexec`` flags and environment a local launch of ``ranks`` ranks needs.
 

@@ -23,7 +23,7 @@ import torch
 from mpi4py import MPI
 
 from fedsheaf.errors import FedsheafError
-from fedsheaf.hostinfo import unusable_gpus, usable_cpus
+from fedsheaf.hostinfo import threads_per_rank, unusable_gpus, usable_cpu_ids
 
 T = TypeVar("T")
 USER_ERROR_EXIT = 2
@@ -146,12 +146,13 @@ def refuse_unusable_gpus() -> None:
         raise FedsheafError(why)
 
 
-def set_threads(local_size: int) -> int:
-    """One share of the node's cores per local rank (at least one thread)."""
+def set_threads(masks: list[set[int]], local_rank: int) -> int:
+    """``FEDSHEAF_THREADS``, else this rank's share of the CPUs it may run on
+    (:func:`fedsheaf.hostinfo.threads_per_rank`, from every local rank's affinity mask)."""
     env = os.environ.get("FEDSHEAF_THREADS", "").strip()
     if env and not (env.isdigit() and int(env) >= 1):
         raise FedsheafError(f"FEDSHEAF_THREADS must be a positive integer, got {env!r}")
-    threads = int(env) if env else max(1, usable_cpus() // max(1, local_size))
+    threads = int(env) if env else threads_per_rank(masks, local_rank)
     torch.set_num_threads(threads)
     return threads
 
@@ -162,6 +163,7 @@ def init_world(device: str = "auto") -> World:
     comm = MPI.COMM_WORLD
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     local_rank, local_size = local.Get_rank(), local.Get_size()
+    masks = local.allgather(set(usable_cpu_ids()))
     local.Free()
     world = World(
         comm=comm,
@@ -171,6 +173,6 @@ def init_world(device: str = "auto") -> World:
         local_size=local_size,
         device=torch.device("cpu"),
     )
-    world.agree(lambda: set_threads(local_size))
+    world.agree(lambda: set_threads(masks, local_rank))
     world.device = world.agree(lambda: choose_device(device, local_rank))
     return world

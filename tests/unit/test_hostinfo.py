@@ -14,6 +14,7 @@ from fedsheaf.hostinfo import (
     failed_to_start,
     launch_flags,
     physical_cores,
+    threads_per_rank,
     unusable_gpus,
     usable_cpu_ids,
     usable_cpus,
@@ -155,3 +156,17 @@ def test_a_run_on_a_job_with_unusable_gpus_stops_with_one_line(tmp_path):
     )
     assert "cannot use them" not in forced.stderr
     assert "has 4 nodes but the job has 1 rank" in forced.stderr  # the next check speaks
+
+
+@pytest.mark.parametrize(
+    "masks,mine,threads",
+    [
+        ([set(range(8))] * 4, 0, 2),  # no binding: four ranks share eight CPUs
+        ([{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}], 1, 8),  # srun -c 8
+        ([{0}, {1}], 0, 1),  # mpiexec --bind-to core
+        ([set(range(4))] * 8, 3, 1),  # more ranks than CPUs: at least one thread
+        ([{0, 1, 2, 3}, {2, 3, 4, 5}, {6, 7}], 0, 2),  # partial overlap: shared by two
+    ],
+)
+def test_threads_per_rank_divides_only_among_ranks_that_share_cpus(masks, mine, threads):
+    assert threads_per_rank(masks, mine) == threads
