@@ -16,8 +16,9 @@ from fedsheaf.algorithms.base import AgentData
 from fedsheaf.config import ExperimentConfig
 from fedsheaf.data.partition import Partition, label_shift_partition
 from fedsheaf.data.sources import Dataset, load_dataset
-from fedsheaf.errors import ConfigError
+from fedsheaf.errors import ConfigError, GraphError
 from fedsheaf.graphs import Graph, load_graph, validate_for_world
+from fedsheaf.hostinfo import singleton_hint
 from fedsheaf.models.encoders import AgentModel, build_agent_model
 from fedsheaf.seeding import derive_seed
 
@@ -25,7 +26,10 @@ from fedsheaf.seeding import derive_seed
 def build_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:
     """Load the graph file and check it against the config and the rank count."""
     graph = load_graph(cfg.graph)
-    validate_for_world(graph, n_ranks)
+    try:
+        validate_for_world(graph, n_ranks)
+    except GraphError as exc:
+        raise GraphError(f"{exc}{singleton_hint(n_ranks)}") from None
     if len(cfg.agents) != graph.n:
         raise ConfigError(
             f"config lists {len(cfg.agents)} agents but graph {cfg.graph} has {graph.n} nodes"

@@ -160,3 +160,18 @@ def unusable_gpus(visible: str | None = None) -> str | None:
         f"this process was given GPUs (CUDA_VISIBLE_DEVICES={visible}) but cannot use them: "
         f"{why}; fix the environment, or pass train.device=cpu to train on the CPU anyway"
     )
+
+
+def singleton_hint(n_ranks: int) -> str:
+    """What to add to a rank-count error when srun started several tasks that MPI did not
+    join into one job (each then is a job of one rank); empty otherwise."""
+    tasks = os.environ.get("SLURM_STEP_NUM_TASKS", "").strip()
+    if n_ranks != 1 or not tasks.isdigit() or int(tasks) <= 1:
+        return ""
+    plugin = os.environ.get("SLURM_MPI_TYPE") or "the site default"
+    return (
+        f" (srun started {tasks} tasks, but MPI made each a job of its own: srun's --mpi "
+        f"plugin, {plugin}, does not fit the MPI that mpi4py was built with; try "
+        "srun --mpi=pmix or --mpi=pmi2 (SRUN_MPI= for the slurm/ scripts), or build mpi4py "
+        "against the site MPI)"
+    )

@@ -30,6 +30,7 @@ from fedsheaf.algorithms.hub_base import HubContext
 from fedsheaf.config import ExperimentConfig
 from fedsheaf.errors import ConfigError
 from fedsheaf.graphs import load_graph
+from fedsheaf.hostinfo import singleton_hint
 from fedsheaf.runtime.star import Star
 from fedsheaf.runtime.world import UserErrorExit, World
 from fedsheaf.units import count
@@ -89,6 +90,7 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
             raise ConfigError(
                 f"algorithm {cfg.algorithm} needs one rank per agent plus a server rank: "
                 f"launch with mpiexec -n {n + 1} (the job has {count(world.size, 'rank')})"
+                + singleton_hint(world.size)
             )
         return experiment.build_graph(cfg, n)
 

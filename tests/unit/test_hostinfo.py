@@ -14,6 +14,7 @@ from fedsheaf.hostinfo import (
     failed_to_start,
     launch_flags,
     physical_cores,
+    singleton_hint,
     threads_per_rank,
     unusable_gpus,
     usable_cpu_ids,
@@ -170,3 +171,30 @@ def test_a_run_on_a_job_with_unusable_gpus_stops_with_one_line(tmp_path):
 )
 def test_threads_per_rank_divides_only_among_ranks_that_share_cpus(masks, mine, threads):
     assert threads_per_rank(masks, mine) == threads
+
+
+def test_a_rank_count_error_under_srun_singletons_names_the_pmi_mismatch(tmp_path):
+    """srun -n 4 with a --mpi plugin that does not fit mpi4py's MPI gives four jobs of one
+    rank each: the usual rank-count error then says why."""
+    base = {**os.environ, "FEDSHEAF_THREADS": "1"}
+    argv = [sys.executable, "-m", "fedsheaf", "run", "configs/quickstart.yaml"]
+    argv += [f"output.dir={tmp_path}"]
+    plain = subprocess.run(argv, cwd=ROOT, env=base, capture_output=True, text=True)
+    srun = subprocess.run(
+        argv,
+        cwd=ROOT,
+        env={**base, "SLURM_STEP_NUM_TASKS": "4", "SLURM_MPI_TYPE": "pmi2"},
+        capture_output=True,
+        text=True,
+    )
+    for proc in (plain, srun):
+        assert proc.returncode == 2 and "has 4 nodes but the job has 1 rank" in proc.stderr
+    assert "srun started" not in plain.stderr
+    assert "srun started 4 tasks, but MPI made each a job of its own" in srun.stderr
+    assert "plugin, pmi2, does not fit" in srun.stderr and "Traceback" not in srun.stderr
+
+
+@pytest.mark.parametrize("tasks,ranks", [("1", 1), ("", 1), ("4", 4), ("x", 1)])
+def test_no_singleton_hint_where_the_ranks_did_join(monkeypatch, tasks, ranks):
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", tasks)
+    assert singleton_hint(ranks) == ""
