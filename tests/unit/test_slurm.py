@@ -391,3 +391,11 @@ def test_a_stopped_run_that_would_not_resume_is_not_requeued(fake_srun, tmp_path
     assert proc.returncode == 75 and _scontrol(fake_srun) == []
     assert "not requeued" in proc.stderr
     assert not (REPO / ".fedsheaf-stopped.4243").exists()
+
+
+def test_sweep_array_drops_a_launcher_given_by_its_path(fake_srun, tmp_path):
+    line = ["/opt/openmpi/bin/mpiexec", "-n", "2", "python", "-m", "fedsheaf", "run", "c.yaml"]
+    runs = _run_list(tmp_path, [shlex.join(line)])
+    proc, argv = fake_srun("sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="1")
+    assert proc.returncode == 0, proc.stderr
+    assert argv == [*SRUN_OPTS, *line[1:]]  # srun starts the ranks, not one mpiexec each
