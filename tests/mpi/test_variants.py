@@ -41,6 +41,7 @@ RUNS = {
     ),
     "het-window": ("het", TWO),
     "het-window-overlap": ("het", [*TWO, "sheaf.overlap_exchange=true"]),
+    "het-window-fused": ("het", [*TWO, "sheaf.fused_pilots=true"]),
     "hom-homogeneous-window": ("hom", [*TWO, "sheaf.variant=homogeneous"]),
     "het-stratified-parseval": (
         "het",
@@ -303,6 +304,16 @@ def test_overlapping_the_exchange_changes_no_number(results):
             assert {k: v for k, v in x.items() if k != "seconds"} == {
                 k: v for k, v in y.items() if k != "seconds"
             }, name
+
+
+def test_fused_pilots_send_what_separate_ones_do_and_train_otherwise(results):
+    """One encoder call for the private batch and the pilots: the same pilot messages on
+    the wire, but the whitening layer's batch statistics and the dropout masks then cover
+    the union of the two batches, so the models train differently (the option is on)."""
+    fused, separate = results["het-window-fused"], results["het-window"]
+    assert fused["bytes_sent"] == separate["bytes_sent"]
+    assert fused["initial"] == separate["initial"]
+    assert fused["trained"] != separate["trained"]
 
 
 def test_strict_sends_more_to_heads_and_homogeneous_sends_the_same(results):
