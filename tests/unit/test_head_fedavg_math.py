@@ -205,6 +205,24 @@ def test_gram_logging_matches_the_exact_simulation():
     assert tracker.errors(W0)["gram_err_star"] == pytest.approx(sim.rel_err_star[0])
 
 
+def test_trajectory_and_selection_errors_measure_a_server_that_strays():
+    """traj_err and delta are not zero by construction: a server whose new head is 1 %
+    off the exact recursion, and uploads 1 % off the selected heads, show it."""
+    cfg = load_ufm_config("configs/ufm_fixed.yaml")
+    inst, W0 = cfg.instance, cfg.W0
+    p = inst.p
+    clients = np.arange(len(p))
+    heads = np.stack([selected_head(W0, G) for G in GramTracker(inst, 0.0, W0).G_clients])
+    exact = GramTracker(inst, 0.0, W0).round(W0, clients, heads, np.tensordot(p, heads, 1))
+    assert exact["traj_err"] < 1e-10 and exact["delta"] < 1e-12
+    off = GramTracker(inst, 0.0, W0).round(
+        W0, clients, 1.01 * heads, np.tensordot(p, 1.01 * heads, axes=1)
+    )
+    assert off["traj_err"] == pytest.approx(1.01**2 - 1, rel=1e-6)  # G scaled by 1.0201
+    norms = np.array([np.linalg.norm(h) for h in heads]) / np.linalg.norm(W0)
+    assert off["delta"] == pytest.approx(0.01 * float(p @ norms), rel=1e-6)
+
+
 def test_full_moment_correction_reaches_g_cen_in_one_logged_round():
     cfg = load_ufm_config("configs/ufm_fixed.yaml")
     tracker = GramTracker(cfg.instance, 1.0, cfg.W0)
