@@ -64,6 +64,11 @@ def gone(pid: int, sid: int) -> bool:
     return process_state(pid) in (None, ("Z", sid))
 
 
+def assert_all_gone(launcher: subprocess.Popen, workers: list[int]) -> None:
+    assert launcher.returncode is not None and not live_session(launcher.pid)
+    assert all(gone(pid, launcher.pid) for pid in workers)
+
+
 def test_a_killpg_of_the_launcher_leaves_workers_that_a_session_kill_reaches(tmp_path):
     launcher, workers = start(tmp_path, stubborn=False)
     try:
@@ -73,8 +78,7 @@ def test_a_killpg_of_the_launcher_leaves_workers_that_a_session_kill_reaches(tmp
         assert all(not gone(pid, launcher.pid) for pid in workers)  # what the old code left
         assert sorted(live_session(launcher.pid)) == sorted(workers)
         assert kill_session(launcher)
-        assert not live_session(launcher.pid)
-        assert all(gone(pid, launcher.pid) for pid in workers)
+        assert_all_gone(launcher, workers)
     finally:
         kill_session(launcher)
 
@@ -87,9 +91,7 @@ def test_stop_job_kills_what_ignores_sigterm_after_the_grace(tmp_path):
         assert time.monotonic() - began >= 1  # SIGKILL only once the grace was over
         ready = tmp_path / "ready"
         assert sorted((ready / f"term-{pid}").exists() for pid in workers) == [True, True]
-        assert launcher.returncode is not None
-        assert not live_session(launcher.pid)
-        assert all(gone(pid, launcher.pid) for pid in workers)
+        assert_all_gone(launcher, workers)
     finally:
         kill_session(launcher)
 
@@ -100,8 +102,7 @@ def test_stop_job_reaches_workers_the_launchers_sigterm_did_not(tmp_path):
         # SIGTERM to the launcher's group ends the launcher; the workers, in groups of
         # their own, stay, and stop_job kills them once the grace is over
         stop_job(launcher, grace=1)
-        assert launcher.returncode is not None and not live_session(launcher.pid)
-        assert all(gone(pid, launcher.pid) for pid in workers)
+        assert_all_gone(launcher, workers)
         assert not kill_session(launcher)  # nothing left to kill
     finally:
         kill_session(launcher)
