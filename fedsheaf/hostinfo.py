@@ -132,8 +132,8 @@ def failed_to_start(output: str, started: str | None = None) -> bool:
     return any(msg in output for msg in START_FAILURES)
 
 
-#: CUDA_VISIBLE_DEVICES values that name no device.
-NO_GPUS = ("", "-1", "none", "NoDevFiles")
+#: CUDA_VISIBLE_DEVICES values that name no device (compared in lower case).
+NO_GPUS = ("", "-1", "none", "nodevfiles", "void")
 
 
 def unusable_gpus(visible: str | None = None) -> str | None:
@@ -147,14 +147,16 @@ def unusable_gpus(visible: str | None = None) -> str | None:
     import torch
 
     visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
-    if visible is None or visible.strip() in NO_GPUS or torch.cuda.is_available():
+    if visible is None or visible.strip().lower() in NO_GPUS or torch.cuda.is_available():
         return None
-    if torch.version.cuda is None:
+    built = torch.version.cuda and f"CUDA {torch.version.cuda}"
+    built = built or (getattr(torch.version, "hip", None) and f"ROCm {torch.version.hip}")
+    if not built:
         why = f"this torch ({torch.__version__}) is a CPU-only build"
     else:
         why = (
-            f"torch {torch.__version__} (built for CUDA {torch.version.cuda}) finds no usable "
-            "device (a driver older than that CUDA?)"
+            f"torch {torch.__version__} (built for {built}) finds no usable device (a "
+            "driver older than that build?)"
         )
     return (
         f"this process was given GPUs (CUDA_VISIBLE_DEVICES={visible}) but cannot use them: "

@@ -160,6 +160,16 @@ PREVIOUS_SUMMARY = "summary.prev.json"
 RUN_FILES = ("config.yaml", "metrics.jsonl", "summary.json", PREVIOUS_SUMMARY)
 
 
+def check_run_files(path: Path) -> None:
+    """Refuse a run directory where one of :data:`RUN_FILES` is not a file (a directory)."""
+    for name in RUN_FILES:
+        if (path / name).exists() and not (path / name).is_file():
+            raise ConfigError(
+                f"{path / name} is not a file (a run writes its {name} there); "
+                "remove it or choose another output.name or output.dir"
+            )
+
+
 class RunDir:
     """The directory one run writes into (only rank 0 creates one)."""
 
@@ -167,12 +177,7 @@ class RunDir:
         """``extend``: a finished run to be trained longer (its summary stays until
         :func:`fedsheaf.runtime.launch.settle_config` sets it aside)."""
         self.path = Path(path)
-        for name in RUN_FILES:
-            if (self.path / name).exists() and not (self.path / name).is_file():
-                raise ConfigError(
-                    f"{self.path / name} is not a file (a run writes its {name} there); "
-                    "remove it or choose another output.name or output.dir"
-                )
+        check_run_files(self.path)
         if (self.path / "summary.json").exists() and not (overwrite or extend):
             raise ConfigError(
                 f"run directory {self.path} already holds a finished run; choose "

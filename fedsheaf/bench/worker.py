@@ -17,7 +17,7 @@ from fedsheaf.bench.decentralized import CASES as DECENTRALIZED_CASES
 from fedsheaf.bench.pilot_cost import CASES as PILOT_CASES
 from fedsheaf.bench.ranks import environment
 from fedsheaf.results import atomic_write_json
-from fedsheaf.runtime.world import init_world
+from fedsheaf.runtime.world import init_world, refuse_unusable_gpus
 
 CASES = {**DECENTRALIZED_CASES, **PILOT_CASES, **CLIENT_CASES}
 
@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec: dict[str, Any] = json.loads(Path(args[0]).read_text())
     world = init_world(spec.get("device", "auto"))
+    if spec.get("device", "auto") == "auto" and world.device.type == "cpu":
+        world.agree(refuse_unusable_gpus)  # not a CPU measurement labelled as a GPU node's
     env = environment(world)
     results = {}
     for case in spec["cases"]:

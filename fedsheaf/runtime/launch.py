@@ -22,7 +22,13 @@ from fedsheaf.config import (
 )
 from fedsheaf.errors import ConfigError, FedsheafError
 from fedsheaf.progress import Recorder, agent_table
-from fedsheaf.results import PREVIOUS_SUMMARY, RunDir, atomic_write_text, check_not_foreign
+from fedsheaf.results import (
+    PREVIOUS_SUMMARY,
+    RunDir,
+    atomic_write_text,
+    check_not_foreign,
+    check_run_files,
+)
 from fedsheaf.runtime import stop_request
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import World, choose_device, init_world, refuse_unusable_gpus
@@ -124,6 +130,7 @@ def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
     """Rank 0: the run directory, refusing to start over an unfinished run by accident,
     to write into a directory that is not a run's, or to resume another experiment."""
     check_not_foreign(path)
+    check_run_files(path)  # before output.overwrite=true removes anything
     if not cfg.checkpoint.resume:
         checkpoint.check_fresh_start(path, cfg.output.overwrite)
     elif (path / "config.yaml").is_file():
@@ -336,8 +343,8 @@ def finished_note(cfg: ExperimentConfig) -> str | None:
 def main(config_path: str | None, overrides: list[str], resume_dir: str | None = None) -> int:
     """Entry point of ``fedsheaf run`` on every rank (``resume_dir``: ``--resume RUN_DIR``)."""
     world = init_world()
-    stop_request.install()
     cfg = world.agree(lambda: run_config(config_path, overrides, resume_dir))
+    stop_request.install(checkpoints=cfg.checkpoint.every > 0)  # again, now MPI is up
     ignored = cfg.ignored_settings()
     if ignored:
         world.log(f"fedsheaf: warning: {cfg.algorithm} does not read " + "; ".join(ignored))

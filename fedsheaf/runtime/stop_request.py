@@ -49,10 +49,26 @@ def _note(signum: int, frame: FrameType | None) -> None:
     _requested = True
 
 
-def install() -> None:
-    """Let :data:`SIGNAL` request a stop (from the main thread; elsewhere a no-op)."""
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    os.write(
+        2,
+        b"fedsheaf: SIGUSR1 ignored: this run writes no checkpoints "
+        b"(checkpoint.every=0), so it cannot stop early and continue later\n",
+    )
+
+
+def install(checkpoints: bool = True) -> None:
+    """Let :data:`SIGNAL` request a stop, or, for a run without checkpoints, be ignored
+    with a note (from the main thread; elsewhere a no-op).
+
+    ``fedsheaf run`` installs the handler first thing, so that a signal during start-up
+    (imports, MPI initialisation) does not kill the rank with SIGUSR1's default action,
+    and again once MPI is up and the config read: MPICH-family MPIs set a SIGUSR1
+    handler of their own at initialisation (to report failed processes), which this
+    replaces; with them, a process-failure notice then reads as a stop request.
+    """
     if threading.current_thread() is threading.main_thread():
-        signal.signal(SIGNAL, _note)
+        signal.signal(SIGNAL, _note if checkpoints else _ignore)
 
 
 def requested() -> bool:
@@ -67,5 +83,9 @@ def leave_note(run_dir: Path, unit: str, done: int) -> Path | None:
     if not name:
         return None
     path = Path(name)
-    atomic_write_json(path, {"run_dir": str(run_dir), unit: done})
+    try:
+        atomic_write_json(path, {"run_dir": str(run_dir), unit: done})
+    except OSError as exc:  # the checkpoint is written: stop all the same, and say so
+        print(f"fedsheaf: warning: cannot write {NOTE_ENV}={path}: {exc}", flush=True)
+        return None
     return path

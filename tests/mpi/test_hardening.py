@@ -226,3 +226,19 @@ def test_bad_thread_count_is_one_message_on_every_rank_count(mpirun, tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.count("FEDSHEAF_THREADS must be a positive integer, got 'two'") == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_file_that_is_a_directory_is_refused_before_overwrite_removes_anything(
+    mpirun, tmp_path
+):
+    good = _config(tmp_path, "dirs", _graph(tmp_path, "pair", [0, 1], [[0, 1]]), 2)
+    first = mpirun(2, ["-m", "fedsheaf", "run", good, "checkpoint.every=1"])
+    assert first.returncode == 0, first.stderr
+    run = tmp_path / "runs" / "dirs-sheaf_frl-seed0"
+    (run / "metrics.jsonl").unlink()
+    (run / "metrics.jsonl").mkdir()
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    again = mpirun(2, ["-m", "fedsheaf", "run", good, "output.overwrite=true"])
+    assert again.returncode == 2 and "Traceback" not in again.stderr
+    assert again.stderr.count(f"{run / 'metrics.jsonl'} is not a file") == 1, again.stderr
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # checkpoints kept

@@ -123,7 +123,7 @@ def test_gpus_given_but_unusable_are_named(visible):
     assert ("CPU-only build" in why) == (torch.version.cuda is None)
 
 
-@pytest.mark.parametrize("visible", ["", "-1", "NoDevFiles", " "])
+@pytest.mark.parametrize("visible", ["", "-1", "NoDevFiles", " ", "None", "void"])
 def test_no_gpus_given_is_no_complaint(visible):
     assert unusable_gpus(visible) is None
 
@@ -176,7 +176,8 @@ def test_threads_per_rank_divides_only_among_ranks_that_share_cpus(masks, mine, 
 def test_a_rank_count_error_under_srun_singletons_names_the_pmi_mismatch(tmp_path):
     """srun -n 4 with a --mpi plugin that does not fit mpi4py's MPI gives four jobs of one
     rank each: the usual rank-count error then says why."""
-    base = {**os.environ, "FEDSHEAF_THREADS": "1"}
+    base = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    base["FEDSHEAF_THREADS"] = "1"
     argv = [sys.executable, "-m", "fedsheaf", "run", "configs/quickstart.yaml"]
     argv += [f"output.dir={tmp_path}"]
     plain = subprocess.run(argv, cwd=ROOT, env=base, capture_output=True, text=True)
@@ -192,6 +193,17 @@ def test_a_rank_count_error_under_srun_singletons_names_the_pmi_mismatch(tmp_pat
     assert "srun started" not in plain.stderr
     assert "srun started 4 tasks, but MPI made each a job of its own" in srun.stderr
     assert "plugin, pmi2, does not fit" in srun.stderr and "Traceback" not in srun.stderr
+
+
+def test_a_server_based_run_under_srun_singletons_gets_the_hint_too(monkeypatch):
+    from fedsheaf.algorithms.federated.setup import check_ranks
+    from fedsheaf.config import load_config
+    from fedsheaf.errors import ConfigError
+
+    cfg = load_config(ROOT / "configs" / "fedrep_fmnist_100c2.yaml")
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "101")
+    with pytest.raises(ConfigError, match="needs at least 2 ranks.*srun started 101 tasks"):
+        check_ranks(cfg, 1)
 
 
 @pytest.mark.parametrize("tasks,ranks", [("1", 1), ("", 1), ("4", 4), ("x", 1)])

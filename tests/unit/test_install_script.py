@@ -14,9 +14,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 STAND_IN = """#!/bin/sh
-# records `-m pip install ... -e .[extras]`; every import check succeeds
+# records `-m pip install ... -e .[extras]`; every import check succeeds; the script's
+# probe for a site-MPI venv (python - on stdin) answers as the file site-mpi says
+here=$(dirname "$0")/..
 case "$*" in
-  *"pip install"*"-e"*) echo "$*" >> "$(dirname "$0")/../pip.log" ;;
+  *"pip install"*"-e"*) echo "$*" >> "$here/pip.log" ;;
+  -) cat > /dev/null; [ -e "$here/site-mpi" ]; exit ;;
 esac
 exit 0
 """
@@ -62,6 +65,18 @@ def test_a_fresh_venv_gets_the_mpi_wheel_and_an_explicit_choice_wins(tmp_path):
     root = _checkout(tmp_path)
     assert _install(root) == [".[test,mpi-wheel]"]
     assert _install(root, FEDSHEAF_EXTRAS="test") == [".[test]"]
+    with open(root / "setup.cfg", "a") as fh:
+        fh.write("\n# changed\n")
+    assert _install(root) == [".[test]"]
+
+
+def test_a_venv_built_against_a_site_mpi_without_the_script_keeps_it(tmp_path):
+    """The README's cluster recipe installs by hand: an mpi4py, no Open MPI wheel, no
+    record of extras. run/test.sh must not add the wheel to it."""
+    root = _checkout(tmp_path)
+    (root / ".venv" / "site-mpi").touch()
+    assert _install(root) == [".[test]"]
+    (root / ".venv" / "site-mpi").unlink()  # the record now decides
     with open(root / "setup.cfg", "a") as fh:
         fh.write("\n# changed\n")
     assert _install(root) == [".[test]"]

@@ -250,7 +250,7 @@ def test_scripts_keep_their_log_when_requeued_and_need_fedsheaf(fake_srun, tmp_p
         (elsewhere / "configs" / config).write_text("name: x\n")
     proc, argv = fake_srun(script, *args, SLURM_SUBMIT_DIR=str(elsewhere), SLURM_ARRAY_TASK_ID="1")
     assert proc.returncode == 2 and argv == [], proc.stderr
-    assert "cannot import fedsheaf" in proc.stderr
+    assert "no python here imports fedsheaf with torch and mpi4py (tried" in proc.stderr
 
 
 def test_study15_with_mps_needs_one_node(fake_srun):
@@ -304,43 +304,65 @@ def test_scripts_accept_torch_and_mpi4py_from_pythonpath(fake_srun, tmp_path, sc
 @pytest.mark.parametrize(
     "script", ["study15.sbatch", "sweep_array.sbatch", "fedrep_100clients.sbatch"]
 )
-def test_an_environment_activated_before_sbatch_is_kept(fake_srun, tmp_path, script):
-    """The checkout's .venv is used only when no venv or conda environment is active."""
+def test_an_environment_that_works_is_kept_and_else_the_checkouts_venv(fake_srun, tmp_path, script):
+    """The python active at sbatch (a venv, conda, modules) is used when it imports
+    fedsheaf; else the submit directory's .venv, and if neither works, one message."""
     elsewhere = tmp_path / "elsewhere"
     (elsewhere / "configs").mkdir(parents=True)
     for config in ("mnist15.yaml", "fedrep_cifar10_100c2.yaml"):
         (elsewhere / "configs" / config).write_text("name: x\n")
-    shim = tmp_path / "bin" / "python"  # the interpreter of the active environment
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
-    shim.chmod(0o755)
+    shim = tmp_path / "bin" / "python"
     marker = tmp_path / "activated"
     activate = elsewhere / ".venv" / "bin" / "activate"
     activate.parent.mkdir(parents=True)
-    activate.write_text(f"touch '{marker}'\n")
     runs = _run_list(tmp_path, ["python -m fedsheaf run configs/pair.yaml"])
     args = [str(runs)] if script == "sweep_array.sbatch" else []
     env = dict(
         SLURM_SUBMIT_DIR=str(elsewhere),
         SLURM_ARRAY_TASK_ID="1",
         SLURM_NTASKS={"study15.sbatch": "15"}.get(script, "101"),
-        VIRTUAL_ENV="",
-        CONDA_PREFIX="",
+        CONDA_PREFIX="/opt/conda",  # conda's base, say: it does not decide anything
     )
-    for active, used in (
-        ({"VIRTUAL_ENV": "/opt/env"}, False),
-        ({"CONDA_PREFIX": "/c"}, False),
-        ({}, True),
+    works = f'#!/bin/sh\nexec "{sys.executable}" "$@"\n'
+    bare = f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n'  # no site-packages: no torch
+    good_venv = tmp_path / "venv-bin"
+    good_venv.mkdir()
+    (good_venv / "python").write_text(works)
+    (good_venv / "python").chmod(0o755)
+    for active, venv, used, status in (
+        (works, "", False, 0),  # the active python works: .venv is left alone
+        (bare, f'export PATH="{good_venv}:$PATH"', True, 0),  # it does not: .venv does
+        (bare, "", True, 2),  # neither does
     ):
+        shim.write_text(active)
+        shim.chmod(0o755)
+        activate.write_text(f"touch '{marker}'\n{venv}\n")
         marker.unlink(missing_ok=True)
-        proc, _ = fake_srun(script, *args, **{**env, **active})
-        assert proc.returncode == 0, proc.stderr
-        assert marker.exists() == used, active
-        assert f"python {shim}" in proc.stdout  # the job log names its interpreter
+        proc, _ = fake_srun(script, *args, **env)
+        assert proc.returncode == status, proc.stderr
+        assert marker.exists() == used
+        if status == 0:  # the job log names its interpreter
+            assert f"python {good_venv if used else shim.parent}/python" in proc.stdout
+        else:
+            assert f"(tried {shim}, then {elsewhere}/.venv)" in proc.stderr
 
 
 def _scontrol(fake_srun) -> list[str]:
     calls = fake_srun.log.with_name("srun.log.scontrol")
     return calls.read_text().splitlines() if calls.exists() else []
+
+
+def _submit_dir(tmp_path: Path) -> dict[str, str]:
+    """A submit directory of its own (the scripts write their stop note there) with the
+    default configs, and `python` the interpreter of these tests: the job's settings."""
+    submit = tmp_path / "submit"
+    (submit / "configs").mkdir(parents=True)
+    for config in ("mnist15.yaml", "fedrep_cifar10_100c2.yaml"):
+        (submit / "configs" / config).write_text("name: x\n")
+    shim = tmp_path / "bin" / "python"
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    shim.chmod(0o755)
+    return {"SLURM_SUBMIT_DIR": str(submit), "VIRTUAL_ENV": "", "CONDA_PREFIX": ""}
 
 
 @pytest.mark.parametrize(
@@ -355,9 +377,10 @@ def test_a_run_stopped_before_the_time_limit_requeues_its_job(fake_srun, tmp_pat
     )
     args = [str(runs)] if script == "sweep_array.sbatch" else []
     env = dict(SLURM_ARRAY_TASK_ID="1", SLURM_NTASKS="15", SLURM_JOB_ID="4242")
+    env.update(_submit_dir(tmp_path))
     if script == "fedrep_100clients.sbatch":
         env["SLURM_NTASKS"] = "101"
-    note = REPO / ".fedsheaf-stopped.4242"  # in the submit directory, which all nodes share
+    note = tmp_path / "submit" / ".fedsheaf-stopped.4242"  # the submit directory: shared
     proc, _ = fake_srun(script, *args, **env, FAKE_SRUN_STOP="1", FAKE_SRUN_EXIT="137")
     assert proc.returncode == 0, proc.stderr  # srun's status does not count: the note does
     assert _scontrol(fake_srun) == ["requeue 4242"]
@@ -387,10 +410,11 @@ def test_a_stopped_run_that_would_not_resume_is_not_requeued(fake_srun, tmp_path
         ["python -m fedsheaf run c.yaml checkpoint.resume=true", "python -m fedsheaf run c.yaml"],
     )
     args = [str(runs)] if script == "sweep_array.sbatch" else []
+    env = {**env, **_submit_dir(tmp_path)}
     proc, _ = fake_srun(script, *args, **env, SLURM_JOB_ID="4243", FAKE_SRUN_STOP="1")
     assert proc.returncode == 75 and _scontrol(fake_srun) == []
     assert "not requeued" in proc.stderr
-    assert not (REPO / ".fedsheaf-stopped.4243").exists()
+    assert not (tmp_path / "submit" / ".fedsheaf-stopped.4243").exists()
 
 
 def test_sweep_array_drops_a_launcher_given_by_its_path(fake_srun, tmp_path):
@@ -399,3 +423,23 @@ def test_sweep_array_drops_a_launcher_given_by_its_path(fake_srun, tmp_path):
     proc, argv = fake_srun("sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="1")
     assert proc.returncode == 0, proc.stderr
     assert argv == [*SRUN_OPTS, *line[1:]]  # srun starts the ranks, not one mpiexec each
+
+
+@pytest.mark.parametrize(
+    "line,requeued",
+    [
+        ("python -m fedsheaf run --resume runs/x", True),
+        ("python -m fedsheaf run --resume=runs/x", True),
+        ("python -m fedsheaf run c.yaml output.name=--resumed", False),
+    ],
+)
+def test_sweep_array_lines_that_resume_by_run_directory_are_requeued(
+    fake_srun, tmp_path, line, requeued
+):
+    runs = _run_list(tmp_path, [line])
+    env = {**_submit_dir(tmp_path), "SLURM_ARRAY_TASK_ID": "1", "SLURM_JOB_ID": "77"}
+    proc, _ = fake_srun("sweep_array.sbatch", str(runs), **env, FAKE_SRUN_STOP="1")
+    assert proc.returncode == (0 if requeued else 75), proc.stderr
+    assert _scontrol(fake_srun) == (["requeue 77"] if requeued else [])
+    if not requeued:
+        assert "add checkpoint.resume=true to the line" in proc.stderr

@@ -5,6 +5,8 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -95,6 +97,28 @@ def test_head_fedavg_lines_show_mse_and_gram_error(tmp_path):
     assert "test_mse 1.000" in out[2] and "gram_err 0.01" in out[2]
 
 
+class Beside(threading.Thread):
+    """``steps()`` in a thread beside ``watch``. If a step fails, the run gets a summary
+    anyway, so that ``watch`` returns instead of following for ever, and :meth:`join`
+    raises the failure in the test's own thread."""
+
+    def __init__(self, steps: Callable[[], None], path: Path) -> None:
+        super().__init__()
+        self.steps, self.path, self.error = steps, path, None
+
+    def run(self) -> None:
+        try:
+            self.steps()
+        except BaseException as exc:
+            self.error = exc
+            RunDir(self.path).write_summary({"wall_seconds": 0.0})
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self.error is not None:
+            raise self.error
+
+
 def test_follow_mode_prints_new_records_until_summary_appears(tmp_path):
     path = make_decentralized(tmp_path, "run", epochs=1, finished=False)
     first, second = _Signalling("epoch 1/1"), threading.Event()
@@ -113,7 +137,7 @@ def test_follow_mode_prints_new_records_until_summary_appears(tmp_path):
         assert second.wait(timeout=60)
         rd.write_summary({"wall_seconds": 2.0, "private_acc": 0.9, "comm_acc": 0.4})
 
-    writer = threading.Thread(target=finish)
+    writer = Beside(finish, path)
     writer.start()
     output = Output()
     try:
@@ -224,7 +248,7 @@ def test_following_a_run_through_a_resume_that_extends_it(tmp_path):
         time.sleep(0.1)
         os.replace(longer / "summary.json", path / "summary.json")
 
-    writer = threading.Thread(target=resume)
+    writer = Beside(resume, path)
     writer.start()
     try:
         assert watch(path, out=out, interval=0.02) == 0
@@ -260,7 +284,7 @@ def test_following_a_run_that_stopped_writing_says_so_once(tmp_path):
         RunDir(path).write_summary({"wall_seconds": 2.0, "private_acc": 0.9})
         os.utime(path / "metrics.jsonl", (old, old))  # the summary, not a record, came
 
-    writer = threading.Thread(target=finish)
+    writer = Beside(finish, path)
     writer.start()
     try:
         assert watch(path, out=first, interval=0.02, stall=30) == 0
@@ -280,7 +304,7 @@ def test_following_a_run_that_stopped_writing_says_so_once(tmp_path):
         assert out.event.wait(timeout=60)
         RunDir(path).write_summary({"wall_seconds": 2.0})
 
-    writer = threading.Thread(target=finish)
+    writer = Beside(finish, path)
     writer.start()
     try:
         assert watch(path, out=out, interval=0.02, stall=0.1) == 0

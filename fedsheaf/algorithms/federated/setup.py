@@ -15,6 +15,7 @@ from fedsheaf.config import ExperimentConfig
 from fedsheaf.data.partition import fedrep_shards
 from fedsheaf.data.sources import Dataset, clear_cache, dataset_shape, load_dataset
 from fedsheaf.errors import ConfigError
+from fedsheaf.hostinfo import singleton_hint
 from fedsheaf.models.fedrep_cnn import FedRepCNN, build_fedrep_cnn
 from fedsheaf.seeding import derive_seed
 
@@ -40,7 +41,7 @@ def check_ranks(cfg: ExperimentConfig, n_ranks: int) -> None:
     if n_ranks < 2:
         raise ConfigError(
             f"server-based algorithm {cfg.algorithm} needs at least 2 ranks (1 server + "
-            f"1 worker), got {n_ranks}; launch with mpiexec -n 2 or more"
+            f"1 worker), got {n_ranks}; launch with mpiexec -n 2 or more" + singleton_hint(n_ranks)
         )
     workers = n_ranks - 1
     if workers > fc.clients:

@@ -1,0 +1,53 @@
+"""The stop-request signal handling of ``fedsheaf run`` in one process (the stop itself,
+on real ranks: tests/mpi/test_stop_request.py)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from fedsheaf import cli
+from fedsheaf.runtime import stop_request
+
+
+def test_fedsheaf_run_takes_over_sigusr1_before_anything_else():
+    before = signal.getsignal(stop_request.SIGNAL)
+    try:
+        with pytest.raises(SystemExit):
+            cli.main(["run", "--help"])  # installed before the arguments are even parsed
+        assert signal.getsignal(stop_request.SIGNAL) is stop_request._note
+    finally:
+        signal.signal(stop_request.SIGNAL, before)
+
+
+@pytest.mark.parametrize("checkpoints", [True, False])
+def test_the_signal_is_noted_or_ignored_with_a_word_and_never_kills(checkpoints):
+    program = (
+        "import os, signal; from fedsheaf.runtime import stop_request as s; "
+        f"s.install(checkpoints={checkpoints}); os.kill(os.getpid(), signal.SIGUSR1); "
+        "print('alive', s.requested())"
+    )
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["alive", str(checkpoints)]
+    ignored = "SIGUSR1 ignored: this run writes no checkpoints (checkpoint.every=0)"
+    assert (ignored in proc.stderr) != checkpoints
+
+
+def test_the_note_for_batch_scripts(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(stop_request.NOTE_ENV, raising=False)
+    assert stop_request.leave_note(tmp_path / "run", "epoch", 3) is None  # not asked for
+    monkeypatch.setenv(stop_request.NOTE_ENV, str(tmp_path / "job.stopped"))
+    assert stop_request.leave_note(tmp_path / "run", "round", 7) == tmp_path / "job.stopped"
+    assert json.loads((tmp_path / "job.stopped").read_text()) == {
+        "run_dir": str(tmp_path / "run"),
+        "round": 7,
+    }
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv(stop_request.NOTE_ENV, str(tmp_path / "file" / "job.stopped"))
+    assert stop_request.leave_note(tmp_path / "run", "epoch", 3) is None  # cannot: a warning
+    assert "warning: cannot write FEDSHEAF_STOPPED_FILE=" in capsys.readouterr().out
