@@ -36,7 +36,7 @@ if stubborn:  # before the workers exist: they say they are ready only once star
     signal.signal(signal.SIGTERM, lambda *_: [os.kill(w.pid, signal.SIGTERM) for w in workers])
 workers += [
     subprocess.Popen([sys.executable, "-c", worker, str(ready), sys.argv[2]],
-                     process_group=0)
+                     preexec_fn=os.setpgrp)
     for _ in range(2)
 ]
 for w in workers:
