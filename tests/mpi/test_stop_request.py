@@ -32,6 +32,21 @@ def _records(run: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
 
 
+def _run_and_stop(
+    tmp_path: Path, n: int, args: list[str], name: str, run: Path, after: int, env=None
+) -> int:
+    """``args`` on ``n`` ranks (``name`` on their command lines), stopped by SIGUSR1 to
+    one rank once ``after`` records are written; the epoch (round) it stopped after."""
+    job = BackgroundMpi(n, args, tmp_path / "stopped.log", env=env)
+    try:
+        done = _stop_one_rank(job, f"output.name={name}", run, after)
+    finally:
+        job.kill()
+    assert checkpoint.latest(run, n).epoch == done  # written although none was due
+    assert not (run / "summary.json").exists()
+    return done
+
+
 def _stop_one_rank(job: BackgroundMpi, tag: str, run: Path, after: int) -> int:
     """Signal one rank once ``after`` records are written; the epoch the job stopped at."""
     deadline = time.monotonic() + 180
@@ -56,15 +71,9 @@ def test_a_decentralized_run_stops_with_a_checkpoint_and_resumes_as_if_uninterru
     args = ["-m", "fedsheaf", "run", *common, f"output.name={name}", "train.epochs=500"]
     note = tmp_path / "job-42.stopped"  # what a batch script asks for
     env = {**mpi_env(), "FEDSHEAF_STOPPED_FILE": str(note)}
-    job = BackgroundMpi(4, args, tmp_path / "stopped.log", env=env)
-    try:
-        done = _stop_one_rank(job, f"output.name={name}", run, after=2)
-    finally:
-        job.kill()
+    done = _run_and_stop(tmp_path, 4, args, name, run, after=2, env=env)
     assert json.loads(note.read_text()) == {"run_dir": str(run), "epoch": done}
     assert done >= 2 and len(_records(run)) == done
-    assert checkpoint.latest(run, 4).epoch == done
-    assert not (run / "summary.json").exists()
 
     longer = done + 3
     resumed = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), f"train.epochs={longer}"])
@@ -89,13 +98,7 @@ def test_a_server_based_run_stops_after_a_round(tmp_path, fmnist_root):
     name = f"stop-{uuid.uuid4().hex[:12]}"
     run = tmp_path / "runs" / name
     args = ["-m", "fedsheaf", "run", str(path), f"output.name={name}"]
-    job = BackgroundMpi(3, args, tmp_path / "stopped.log")
-    try:
-        done = _stop_one_rank(job, f"output.name={name}", run, after=1)
-    finally:
-        job.kill()
-    assert checkpoint.latest(run, 3).epoch == done
-    assert not (run / "summary.json").exists()
+    done = _run_and_stop(tmp_path, 3, args, name, run, after=1)
     resumed = run_mpi(
         3, ["-m", "fedsheaf", "run", "--resume", str(run), f"federated.rounds={done + 1}"]
     )
@@ -113,12 +116,7 @@ def test_a_hub_run_stops_with_its_server(tmp_path):
     run = tmp_path / "runs" / name
     args = ["-m", "fedsheaf", "run", str(config), "algorithm=fedproto", f"output.name={name}"]
     args += ["train.epochs=400", "checkpoint.every=1000"]
-    job = BackgroundMpi(4, args, tmp_path / "stopped.log")
-    try:
-        done = _stop_one_rank(job, f"output.name={name}", run, after=1)
-    finally:
-        job.kill()
-    assert checkpoint.latest(run, 4).epoch == done
+    done = _run_and_stop(tmp_path, 4, args, name, run, after=1)
     longer = f"train.epochs={done + 1}"
     resumed = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), longer])
     assert resumed.returncode == 0, resumed.stderr
