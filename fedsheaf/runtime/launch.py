@@ -301,7 +301,7 @@ def checkpointer(
             if job.is_root:
                 stop_request.leave_note(run_path, run_length(cfg)[1], done)
             job.barrier()  # the checkpoint and the note are on disk before any rank leaves
-            raise stop_request.StopRequested(done)
+            raise stop_request.StopRequested(run_path, done)
 
     return save if every > 0 else None
 
@@ -373,12 +373,11 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
         # collective: the runtime's abort hook names this rank and ends the whole job.
         sys.excepthook(type(exc), exc, exc.__traceback__)
     except stop_request.StopRequested as stop:  # on every rank at once
-        unit = run_length(cfg)[1]
-        run_dir = Path(cfg.output.dir) / cfg.run_name()
+        length, unit, _ = run_length(cfg)
         world.log(
             f"fedsheaf: stopped on {stop_request.SIGNAL.name} after {unit} {stop.done} of "
-            f"{run_length(cfg)[0]}, its checkpoint written; continue with: fedsheaf run "
-            f"--resume {run_dir}"
+            f"{length}, its checkpoint written; continue with: fedsheaf run --resume "
+            f"{stop.run_dir}"
         )
         return stop_request.STOPPED_EXIT
     world.barrier()

@@ -37,11 +37,12 @@ _requested = False
 
 
 class StopRequested(Exception):
-    """Raised on every rank of a job once the checkpoint after ``done`` is written."""
+    """Raised on every rank of a job once the checkpoint of ``run_dir`` after epoch
+    (round) ``done`` is written."""
 
-    def __init__(self, done: int) -> None:
-        super().__init__(f"stopped on request after {done}")
-        self.done = done
+    def __init__(self, run_dir: Path, done: int) -> None:
+        super().__init__(f"{run_dir} stopped on request after {done}")
+        self.run_dir, self.done = run_dir, done
 
 
 def _note(signum: int, frame: FrameType | None) -> None:
