@@ -232,11 +232,13 @@ def test_a_run_file_that_is_a_directory_is_refused_before_overwrite_removes_anyt
     mpirun, tmp_path
 ):
     good = _config(tmp_path, "dirs", _graph(tmp_path, "pair", [0, 1], [[0, 1]]), 2)
-    first = mpirun(2, ["-m", "fedsheaf", "run", good, "checkpoint.every=1"])
-    assert first.returncode == 0, first.stderr
-    run = tmp_path / "runs" / "dirs-sheaf_frl-seed0"
-    (run / "metrics.jsonl").unlink()
-    (run / "metrics.jsonl").mkdir()
+    run = tmp_path / "runs" / "dirs-sheaf_frl-seed0"  # an interrupted run, as it lies
+    (run / "checkpoints" / "epoch-0001").mkdir(parents=True)
+    for rank in (0, 1):
+        (run / "checkpoints" / "epoch-0001" / f"rank-{rank}.pt").write_bytes(b"state")
+    (run / "checkpoints" / "latest.json").write_text('{"epoch": 1, "n_ranks": 2}')
+    (run / "config.yaml").write_text("name: dirs\n")
+    (run / "metrics.jsonl").mkdir()  # what a stray mkdir or copy leaves
     before = sorted(p.relative_to(run) for p in run.rglob("*"))
     again = mpirun(2, ["-m", "fedsheaf", "run", good, "output.overwrite=true"])
     assert again.returncode == 2 and "Traceback" not in again.stderr
