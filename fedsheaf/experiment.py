@@ -44,11 +44,10 @@ def build_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:
 
 
 def fetch_data(cfg: ExperimentConfig) -> None:
-    """With ``data.download``: fetch the data set's missing files (torchvision fetches
-    every split at once). One rank calls this before the others read the data root, so
+    """Fetch the data set's missing files (torchvision fetches every split at once). With
+    ``data.download``, one rank calls this before the others read the data root, so
     that a job's ranks do not all download into the same directory at once."""
-    if cfg.data.download:
-        load_dataset(cfg.data.dataset, cfg.data.root, "train", True, cfg.data.limit)
+    load_dataset(cfg.data.dataset, cfg.data.root, "train", True, cfg.data.limit)
 
 
 def load_and_partition(cfg: ExperimentConfig) -> tuple[Dataset, Partition]:

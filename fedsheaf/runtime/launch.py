@@ -356,7 +356,8 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
         world.device = world.agree(lambda: choose_device(cfg.train.device, world.local_rank))
     elif world.device.type == "cpu":
         world.agree(refuse_unusable_gpus)
-    world.agree(lambda: experiment.fetch_data(cfg) if world.is_root else None)
+    if cfg.data.download:  # rank 0 first, alone
+        world.agree(lambda: experiment.fetch_data(cfg) if world.is_root else None)
     try:
         if cfg.decentralized:
             run_decentralized(cfg, world)

@@ -44,20 +44,31 @@ for w in workers:
 """
 
 
-def start(tmp_path: Path, stubborn: bool) -> tuple[subprocess.Popen, list[int]]:
-    ready = tmp_path / "ready"
-    ready.mkdir()
-    launcher = subprocess.Popen(
-        [sys.executable, "-c", LAUNCHER, str(ready), "1" if stubborn else "0"],
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while len(list(ready.iterdir())) < 2:
-        assert launcher.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
-    workers = [int(p.name) for p in ready.iterdir()]
-    assert set(workers) <= set(live_session(launcher.pid))
-    return launcher, workers
+@pytest.fixture
+def start(tmp_path: Path):
+    """Start the stand-in job (``start(stubborn)``); whatever is left of it is killed after
+    the test."""
+    launchers: list[subprocess.Popen] = []
+
+    def begin(stubborn: bool) -> tuple[subprocess.Popen, list[int]]:
+        ready = tmp_path / "ready"
+        ready.mkdir()
+        launcher = subprocess.Popen(
+            [sys.executable, "-c", LAUNCHER, str(ready), "1" if stubborn else "0"],
+            start_new_session=True,
+        )
+        launchers.append(launcher)
+        deadline = time.monotonic() + 60
+        while len(list(ready.iterdir())) < 2:
+            assert launcher.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        workers = [int(p.name) for p in ready.iterdir()]
+        assert set(workers) <= set(live_session(launcher.pid))
+        return launcher, workers
+
+    yield begin
+    for launcher in launchers:
+        kill_session(launcher)
 
 
 def gone(pid: int, sid: int) -> bool:
@@ -69,40 +80,31 @@ def assert_all_gone(launcher: subprocess.Popen, workers: list[int]) -> None:
     assert all(gone(pid, launcher.pid) for pid in workers)
 
 
-def test_a_killpg_of_the_launcher_leaves_workers_that_a_session_kill_reaches(tmp_path):
-    launcher, workers = start(tmp_path, stubborn=False)
-    try:
-        os.killpg(launcher.pid, signal.SIGKILL)
-        launcher.wait(timeout=30)
-        time.sleep(0.2)
-        assert all(not gone(pid, launcher.pid) for pid in workers)  # what the old code left
-        assert sorted(live_session(launcher.pid)) == sorted(workers)
-        assert kill_session(launcher)
-        assert_all_gone(launcher, workers)
-    finally:
-        kill_session(launcher)
+def test_a_killpg_of_the_launcher_leaves_workers_that_a_session_kill_reaches(start):
+    launcher, workers = start(stubborn=False)
+    os.killpg(launcher.pid, signal.SIGKILL)
+    launcher.wait(timeout=30)
+    time.sleep(0.2)
+    assert all(not gone(pid, launcher.pid) for pid in workers)  # what the old code left
+    assert sorted(live_session(launcher.pid)) == sorted(workers)
+    assert kill_session(launcher)
+    assert_all_gone(launcher, workers)
 
 
-def test_stop_job_kills_what_ignores_sigterm_after_the_grace(tmp_path):
-    launcher, workers = start(tmp_path, stubborn=True)
-    try:
-        began = time.monotonic()
-        stop_job(launcher, grace=1)
-        assert time.monotonic() - began >= 1  # SIGKILL only once the grace was over
-        ready = tmp_path / "ready"
-        assert sorted((ready / f"term-{pid}").exists() for pid in workers) == [True, True]
-        assert_all_gone(launcher, workers)
-    finally:
-        kill_session(launcher)
+def test_stop_job_kills_what_ignores_sigterm_after_the_grace(start, tmp_path):
+    launcher, workers = start(stubborn=True)
+    began = time.monotonic()
+    stop_job(launcher, grace=1)
+    assert time.monotonic() - began >= 1  # SIGKILL only once the grace was over
+    ready = tmp_path / "ready"
+    assert sorted((ready / f"term-{pid}").exists() for pid in workers) == [True, True]
+    assert_all_gone(launcher, workers)
 
 
-def test_stop_job_reaches_workers_the_launchers_sigterm_did_not(tmp_path):
-    launcher, workers = start(tmp_path, stubborn=False)
-    try:
-        # SIGTERM to the launcher's group ends the launcher; the workers, in groups of
-        # their own, stay, and stop_job kills them once the grace is over
-        stop_job(launcher, grace=1)
-        assert_all_gone(launcher, workers)
-        assert not kill_session(launcher)  # nothing left to kill
-    finally:
-        kill_session(launcher)
+def test_stop_job_reaches_workers_the_launchers_sigterm_did_not(start):
+    launcher, workers = start(stubborn=False)
+    # SIGTERM to the launcher's group ends the launcher; the workers, in groups of
+    # their own, stay, and stop_job kills them once the grace is over
+    stop_job(launcher, grace=1)
+    assert_all_gone(launcher, workers)
+    assert not kill_session(launcher)  # nothing left to kill
