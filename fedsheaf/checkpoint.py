@@ -263,6 +263,19 @@ def cut_back(run_dir: str | Path, epoch: int | None, records: list[dict[str, Any
         forget_after(run_dir, epoch)
 
 
+def unevaluated(records: list[dict[str, Any]], wanted: range, counter: str, key: str) -> list[int]:
+    """The epochs (rounds) in ``wanted`` that ``records`` hold without an evaluation.
+
+    ``counter`` names the records' epoch (round) field and ``key`` a field that only
+    evaluated records have; a final fine-tuning record is not a round. Epochs that
+    ``records`` do not reach are not listed: a resumed run trains and evaluates them.
+    A run resumed with a shorter length than it began with can end where its
+    checkpoints were not evaluated; this says where.
+    """
+    evaluated = {r[counter]: key in r for r in records if not r.get("final")}
+    return [t for t in wanted if t in evaluated and not evaluated[t]]
+
+
 # ---- random state ------------------------------------------------------------
 def _dropout_generators(model: torch.nn.Module) -> list[torch.Generator]:
     seen: list[torch.Generator] = []

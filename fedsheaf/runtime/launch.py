@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -207,7 +208,9 @@ def load_latest(job: World, run_path: Path, length: int, unit: str = "epoch") ->
 
     A checkpoint with a damaged file (a disk that filled up, a copy cut short) is
     skipped for the one before it, with a note. A checkpoint past ``length`` (the
-    config's epochs or rounds) is an error: the run would end before it started.
+    config's epochs or rounds) is an error: the run would end before it started; so is,
+    for epochs, one at ``length`` that was not evaluated (:func:`refuse_unevaluated_end`;
+    rounds: ``Rounds`` checks its score window).
     """
 
     def newest() -> list[checkpoint.Checkpoint]:
@@ -236,6 +239,9 @@ def load_latest(job: World, run_path: Path, length: int, unit: str = "epoch") ->
         gathered = job.gather(problem)
         problems = job.bcast([p for p in gathered if p] if gathered is not None else None)
         if not problems:
+            if unit == "epoch":  # the rank holding the history checks it
+                history = (state or {}).get("history") or []
+                job.agree(partial(refuse_unevaluated_end, run_path, history, length))
             return ckpt, state
         job.log(
             f"fedsheaf: the checkpoint after {unit} {ckpt.epoch} cannot be used "
@@ -275,6 +281,24 @@ def restore(
         recorder.restore(history)
         checkpoint.cut_back(run_path, None if ckpt is None else ckpt.epoch, history)
     return 0 if ckpt is None else ckpt.epoch
+
+
+def refuse_unevaluated_end(run_path: Path, history: list[dict[str, Any]], length: int) -> None:
+    """Refuse to end a resumed run at an epoch its checkpoint holds no evaluation of.
+
+    A run shortened on resume to the epoch of its checkpoint (one stopped early, then
+    asked to end there) would train nothing more, and its summary would report an older
+    epoch's accuracies as the final ones.
+    """
+    if not checkpoint.unevaluated(history, range(length, length + 1), "epoch", "private_acc"):
+        return
+    older = [r["epoch"] for r in history if "private_acc" in r]
+    would = f"report epoch {older[-1]}'s accuracies as the final ones" if older else "hold none"
+    raise checkpoint.CheckpointError(
+        f"cannot end {run_path} at epoch {length}: its checkpoint there was taken without "
+        f"an evaluation (epoch {length} was not its last), so its summary would {would}; "
+        f"resume with train.epochs greater than {length}"
+    )
 
 
 def checkpointer(

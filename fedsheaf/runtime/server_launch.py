@@ -138,6 +138,7 @@ class Rounds:
             )
         if self.star.is_server:
             self._check_history(state["history"])
+            self._check_scored_rounds(state["history"])
         self.runner.load_state_dict(state["runner"])
         self.rounds_done, self._resumed = rounds_done, state
         if self.star.is_server:
@@ -156,6 +157,28 @@ class Rounds:
                     f"{expected} per round (Local trains every client since fedsheaf "
                     "stopped sampling for it); start the run over with output.overwrite=true"
                 )
+
+    def _check_scored_rounds(self, history: list[dict[str, Any]]) -> None:
+        """Refuse a length whose score window (the last ``eval_last`` rounds, always
+        evaluated) reaches back to checkpointed rounds that were not evaluated: a run
+        shortened on resume, to near where it stopped, would score fewer rounds than it says."""
+        fc = self.fc
+        window = range(max(1, fc.rounds - fc.eval_last + 1), fc.rounds + 1)
+        missing = checkpoint.unevaluated(history, window, "round", self.task.eval_key)
+        if missing:
+            done = max(r["round"] for r in history if not r.get("final"))
+            where = self.run_dir.path if self.run_dir is not None else "the run"
+            which = (
+                f"round {missing[0]} among them was"
+                if len(missing) == 1
+                else f"rounds {', '.join(map(str, missing))} among them were"
+            )
+            raise checkpoint.CheckpointError(
+                f"cannot end {where} after round {fc.rounds}: its score covers its last "
+                f"{count(fc.eval_last, 'round')}, and {which} trained without an evaluation "
+                f"(the run was longer then); resume with federated.rounds >= "
+                f"{done + fc.eval_last}"
+            )
 
     def _resume(self, w: np.ndarray) -> np.ndarray:
         """The checkpoint's shared vector on every rank; byte counters as they were."""

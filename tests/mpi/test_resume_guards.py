@@ -172,3 +172,15 @@ def test_a_run_trained_longer_differs_only_in_its_extra_evaluation(tmp_path):
         assert _restricted(ext, ref) == ref
     summaries = [json.loads((d / "summary.json").read_text()) for d in (short, long)]
     assert untimed(summaries[0]) == untimed(summaries[1])
+
+    # the long run as if stopped after epoch 3 (not evaluated), then asked to end there
+    stopped = tmp_path / "stopped"
+    shutil.copytree(long, stopped, ignore=shutil.ignore_patterns("summary.json", "epoch-0004"))
+    kept = (stopped / "metrics.jsonl").read_bytes()
+    line = _one_error(_run(tmp_path, "--resume", str(stopped), "train.epochs=3"))
+    assert line.endswith(
+        f": cannot end {stopped} at epoch 3: its checkpoint there was taken "
+        "without an evaluation (epoch 3 was not its last), so its summary would report epoch "
+        "2's accuracies as the final ones; resume with train.epochs greater than 3"
+    )
+    assert (stopped / "metrics.jsonl").read_bytes() == kept

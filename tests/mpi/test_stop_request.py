@@ -94,17 +94,31 @@ def test_a_server_based_run_stops_after_a_round(tmp_path, fmnist_root):
     cfg = _fedrep(fmnist_root)
     cfg["federated"]["rounds"] = 400
     cfg["checkpoint"] = {"every": 1000}
-    path = _config(tmp_path, cfg)
     name = f"stop-{uuid.uuid4().hex[:12]}"
     run = tmp_path / "runs" / name
+    cfg["federated"].update(eval_every=1000, eval_last=2)  # scored: the last 2 rounds only
+    path = _config(tmp_path, cfg)
     args = ["-m", "fedsheaf", "run", str(path), f"output.name={name}"]
     done = _run_and_stop(tmp_path, 3, args, name, run, after=1)
-    resumed = run_mpi(
-        3, ["-m", "fedsheaf", "run", "--resume", str(run), f"federated.rounds={done + 1}"]
-    )
+    # ending one round later would score round `done`, trained without an evaluation
+    kept = (run / "metrics.jsonl").read_bytes()
+    resume = ["-m", "fedsheaf", "run", "--resume", str(run)]
+    short = run_mpi(3, [*resume, f"federated.rounds={done + 1}"])
+    assert short.returncode == 2, short.stdout + short.stderr
+    said = [ln for ln in short.stderr.splitlines() if ln.startswith("fedsheaf: error")]
+    assert len(said) == 1 and said[0].endswith(
+        f": cannot end {run} after round {done + 1}: its score covers its "
+        f"last 2 rounds, and round {done} among them was trained without an evaluation (the "
+        f"run was longer then); resume with federated.rounds >= {done + 2}"
+    ), short.stderr
+    assert (run / "metrics.jsonl").read_bytes() == kept
+    resumed = run_mpi(3, [*resume, f"federated.rounds={done + 2}"])
     assert resumed.returncode == 0, resumed.stderr
     assert f"after round {done}" in resumed.stdout
-    assert json.loads((run / "summary.json").read_text())["rounds"] == done + 1
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["rounds"] == done + 2 and summary["score_rounds"] == [done + 1, done + 2]
+    scored = [r["acc"] for r in _records(run) if r["round"] > done and not r["final"]]
+    assert len(scored) == 2 and summary["acc_last"] == pytest.approx(sum(scored) / 2)
 
 
 def test_a_hub_run_stops_with_its_server(tmp_path):
@@ -115,8 +129,19 @@ def test_a_hub_run_stops_with_its_server(tmp_path):
     name = f"stop-{uuid.uuid4().hex[:12]}"
     run = tmp_path / "runs" / name
     args = ["-m", "fedsheaf", "run", str(config), "algorithm=fedproto", f"output.name={name}"]
-    args += ["train.epochs=400", "checkpoint.every=1000"]
+    args += ["train.epochs=400", "checkpoint.every=1000", "train.eval_every=1000"]
     done = _run_and_stop(tmp_path, 4, args, name, run, after=1)
+    # ended where it stopped, it would report no accuracy: refused, the server not left waiting
+    kept = (run / "metrics.jsonl").read_bytes()
+    ended = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), f"train.epochs={done}"])
+    assert ended.returncode == 2, ended.stdout + ended.stderr
+    said = [ln for ln in ended.stderr.splitlines() if ln.startswith("fedsheaf: error")]
+    assert len(said) == 1 and said[0].endswith(
+        f": cannot end {run} at epoch {done}: its checkpoint there was taken "
+        f"without an evaluation (epoch {done} was not its last), so its summary would hold "
+        f"none; resume with train.epochs greater than {done}"
+    ), ended.stderr
+    assert (run / "metrics.jsonl").read_bytes() == kept
     longer = f"train.epochs={done + 1}"
     resumed = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), longer])
     assert resumed.returncode == 0, resumed.stderr

@@ -141,6 +141,19 @@ def test_a_resume_forgets_the_checkpoints_it_could_not_use(tmp_path):
     assert manifest["epochs"] == [8, 12] and manifest["epoch"] == 12
 
 
+def test_unevaluated_lists_the_reached_epochs_without_an_evaluation():
+    # a run of 10 epochs evaluated every 4 (and at its end), stopped after epoch 7
+    records = [{"epoch": e, **({"private_acc": 0.5} if e % 4 == 0 else {})} for e in range(1, 8)]
+    assert checkpoint.unevaluated(records, range(7, 8), "epoch", "private_acc") == [7]
+    assert checkpoint.unevaluated(records, range(8, 9), "epoch", "private_acc") == []  # to train
+    assert checkpoint.unevaluated(records, range(4, 5), "epoch", "private_acc") == []
+    assert checkpoint.unevaluated(records, range(3, 10), "epoch", "private_acc") == [3, 5, 6, 7]
+    # rounds: the final fine-tuning record (numbered after the last round) is not a round
+    rounds = [{"round": 1, "acc": 0.1}, {"round": 2}, {"round": 3, "final": True}]
+    assert checkpoint.unevaluated(rounds, range(1, 4), "round", "acc") == [2]
+    assert checkpoint.unevaluated([], range(1, 4), "round", "acc") == []
+
+
 def test_the_wall_clock_continues_the_count_of_the_checkpoint_it_resumed_from():
     fresh = checkpoint.WallClock()
     fresh.resumed(None)  # no checkpoint: nothing before

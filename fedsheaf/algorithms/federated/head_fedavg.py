@@ -67,6 +67,7 @@ class HeadTask(Task):
     """Regression clients, :class:`~.head_model.UFMNet`, UFM local solver, Gram tracking."""
 
     eval_width = 5
+    eval_key = "test_mse"
 
     def __init__(self, cfg: ExperimentConfig, algorithm: FedAvg) -> None:
         super().__init__(cfg, algorithm)

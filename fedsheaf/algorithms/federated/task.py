@@ -48,6 +48,8 @@ class Task:
 
     #: Values per client in an evaluation row, after the client id.
     eval_width = 3
+    #: A field that a round's record has exactly when the round was evaluated.
+    eval_key = "acc"
     #: Values per client sent to the server once before the first round (0: no exchange).
     setup_width = 0
 
