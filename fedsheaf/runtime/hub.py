@@ -77,6 +77,7 @@ def _agent_world(world: World, comm: Any) -> World:
         local_size=world.local_size,
         device=world.device,
         first_rank=1,
+        threads=world.threads,
     )
 
 

@@ -80,7 +80,7 @@ def run_decentralized(
         f"fedsheaf: {cfg.algorithm} '{cfg.name}' on {graph.name} ({graph.n} agents, "
         f"{count(len(graph.edges), 'edge')}), {ds.name} "
         f"s={cfg.data.shift}, {count(cfg.train.epochs, 'epoch')} x {count(steps, 'step')}, "
-        f"device {world.device}, seed {cfg.seed}"
+        f"device {world.device}, {count(world.threads, 'thread')} per rank, seed {cfg.seed}"
     )
     if run_dir is not None:
         world.log(f"fedsheaf: writing {run_dir.path}")
@@ -107,6 +107,7 @@ def run_decentralized(
         seed=cfg.seed,
         n_agents=graph.n,
         wall_seconds=elapsed,
+        threads_per_rank=world.threads,
         agents=final["agents"],
         bytes_sent_total=sum(r["bytes_sent"] for r in recorder.history),
     )

@@ -34,7 +34,8 @@ every client's current state; the server learns the clients' sizes once before
 round 1. These exchanges are counted under the kind ``placement``, outside
 ``bytes_up`` and ``bytes_down`` (simulation plumbing, not federated traffic). A
 client's training depends only on (seed, client, round), the shared vector and its
-state, so all placements give bitwise the same results.
+state, so all placements give bitwise the same results (every rank runs the same number
+of torch threads, :func:`~fedsheaf.runtime.world.init_world`).
 
 Every ``checkpoint.every`` rounds (and after the last) each rank saves its state (the server: the
 shared vector, the history, its byte counters and the task's server state, e.g.
@@ -418,7 +419,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         f"{count(fc.rounds, 'round')}; "
         f"{algorithm.describe()}; {runner.shared.size} shared parameters "
         f"({human_bytes(runner.shared.nbytes, compact=True)}); "
-        f"device {world.device}, seed {cfg.seed}"
+        f"device {world.device}, {count(world.threads, 'thread')} per rank, seed {cfg.seed}"
     )
     if run_dir is not None:
         world.log(f"fedsheaf: writing {run_dir.path}")
@@ -451,6 +452,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         "schedule": algorithm.describe(),
         **task.summarize(history),
         "wall_seconds": elapsed,
+        "threads_per_rank": world.threads,
         "bytes_up_total": sum(r["bytes_up"] for r in history),
         "bytes_down_total": sum(r["bytes_down"] for r in history),
     }

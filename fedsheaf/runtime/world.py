@@ -67,6 +67,8 @@ class World:
     #: World rank of this communicator's rank 0 (a sub-world, e.g. the agents of a hub
     #: run, names ranks in messages as the job does).
     first_rank: int = 0
+    #: Torch threads of every rank of the job (:func:`init_world`).
+    threads: int = 1
 
     @property
     def is_root(self) -> bool:
@@ -146,15 +148,13 @@ def refuse_unusable_gpus() -> None:
         raise FedsheafError(why)
 
 
-def set_threads(masks: list[set[int]], local_rank: int) -> int:
+def rank_threads(masks: list[set[int]], local_rank: int) -> int:
     """``FEDSHEAF_THREADS``, else this rank's share of the CPUs it may run on
     (:func:`fedsheaf.hostinfo.threads_per_rank`, from every local rank's affinity mask)."""
     env = os.environ.get("FEDSHEAF_THREADS", "").strip()
     if env and not (env.isdigit() and int(env) >= 1):
         raise FedsheafError(f"FEDSHEAF_THREADS must be a positive integer, got {env!r}")
-    threads = int(env) if env else threads_per_rank(masks, local_rank)
-    torch.set_num_threads(threads)
-    return threads
+    return int(env) if env else threads_per_rank(masks, local_rank)
 
 
 def init_world(device: str = "auto") -> World:
@@ -173,6 +173,11 @@ def init_world(device: str = "auto") -> World:
         local_size=local_size,
         device=torch.device("cpu"),
     )
-    world.agree(lambda: set_threads(masks, local_rank))
+    # the same count on every rank, the smallest any rank would take: CPU kernels round
+    # differently with other thread counts, so a client trained on any worker (dynamic
+    # placement) or an agent on any node gives the same numbers
+    mine = world.agree(lambda: rank_threads(masks, local_rank))
+    world.threads = int(comm.allreduce(mine, op=MPI.MIN))
+    torch.set_num_threads(world.threads)
     world.device = world.agree(lambda: choose_device(device, local_rank))
     return world
