@@ -60,6 +60,11 @@ def test_registered_as_a_server_based_algorithm_sharing_the_head():
     assert algo.shared == "head" and not algo.has_final_round
     with pytest.raises(ConfigError, match="head.features"):
         _cfg(features=2)
+    # the optimizer's default weight decay would change the objective the theory is for
+    decayed = build(ExperimentConfig, {**cfg.to_dict(), "train": {"optimizer": "adam"}})
+    assert decayed.train.weight_decay > 0
+    with pytest.raises(ConfigError, match=r"^train.weight_decay=0.0005 would add an L2 term"):
+        FEDERATED["head_fedavg"](decayed.federated).make_task(decayed).check(M + 1)
 
 
 def test_partition_is_equal_sized_and_the_regime_is_checked():

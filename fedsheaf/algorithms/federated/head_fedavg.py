@@ -86,6 +86,12 @@ class HeadTask(Task):
                 "head_fedavg averages heads with p_m = N_m/N (the theory's weights); "
                 "federated.weighted must be true"
             )
+        if cfg.train.weight_decay != 0:
+            raise ConfigError(
+                f"train.weight_decay={cfg.train.weight_decay} would add an L2 term to "
+                "head_fedavg's objective, whose penalties (head.lam_H, head.lam_W) the Gram "
+                "predictions are derived for; set train.weight_decay=0"
+            )
         if self.P < self.C:
             raise ConfigError(
                 f"head.features={self.P} must be at least the {self.C} regression targets"
