@@ -37,6 +37,15 @@ client's training depends only on (seed, client, round), the shared vector and i
 state, so all placements give bitwise the same results (every rank runs the same number
 of torch threads, :func:`~fedsheaf.runtime.world.init_world`).
 
+*Bytes.* A round's ``bytes_up`` and ``bytes_down`` are the federated protocol's traffic,
+counted per client as SPEC §4 describes it, whatever the rank count: down, the shared
+vector to each client that trains in the round (every client in the final round), up,
+the shared vectors the trained clients return, and head-only FedAvg's one exchange of
+moments before round 1 (each client's up, Σ_cen back to each, in round 1's record). The
+simulation's own messages (client ids, sizes and losses, evaluation rows, placement)
+are left out. ``bytes`` holds what MPI moved by kind, from the server's side: there a
+broadcast counts once per worker rank (:class:`~fedsheaf.runtime.star.Star`).
+
 Every ``checkpoint.every`` rounds (and after the last) each rank saves its state (the server: the
 shared vector, the history, its byte counters and the task's server state, e.g.
 head-only FedAvg's Gram recursion; a worker: its home clients' private parameters)
@@ -86,8 +95,10 @@ from fedsheaf.runtime.star import NO_CLIENT, Star
 from fedsheaf.runtime.world import World
 from fedsheaf.units import count, human_bytes
 
-#: Byte-counter kind of the runtime's own exchanges (placement), kept out of bytes_up/down.
+#: Byte-counter kind of the runtime's own exchanges (placement).
 PLUMBING = "placement"
+#: Byte-counter kinds of the federated protocol's uploads (the gathers count them per client).
+PROTOCOL_UP = ("params_up", "setup_up")
 
 
 class Rounds:
@@ -112,6 +123,8 @@ class Rounds:
         self.w: np.ndarray | None = None  # the shared vector after the rounds done so far
         self.rounds_done = 0
         self._resumed: dict[str, Any] | None = None
+        #: protocol bytes of the setup's reply (head-only FedAvg's Σ_cen to every client)
+        self._setup_down = 0
 
     # ---- checkpoints ------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -238,7 +251,8 @@ class Rounds:
             if server:
                 record["selected"] = [int(c) for c in sel]
                 record.update(extra)
-                self._record(record, got_info, start, trained)
+                down = len(sel) * w.nbytes + (self._setup_down if t == 0 else 0)
+                self._record(record, got_info, start, trained, down)
             self.w, self.rounds_done = w, t + 1
             if after_round is not None:
                 after_round(t + 1)
@@ -258,7 +272,7 @@ class Rounds:
         record: dict[str, Any] = {"round": r + 1, "final": True}
         record.update(self._evaluate(w) or {})
         if self.star.is_server:
-            self._record(record, got_info, start, trained)
+            self._record(record, got_info, start, trained, self.fc.clients * w.nbytes)
 
     # ---- pieces -------------------------------------------------------------------
     def _setup(self, w0: np.ndarray) -> None:
@@ -272,6 +286,7 @@ class Rounds:
             got = got[np.argsort(got[:, 0], kind="stable")]
         reply = task.server_setup(got, w0) if got is not None else None
         reply = star.bcast(reply if reply is not None else np.empty(task.setup_reply_size), "setup")
+        self._setup_down = self.fc.clients * reply.nbytes
         task.receive_setup(self.runner, reply)
 
     def _placement_setup(self) -> None:
@@ -368,16 +383,16 @@ class Rounds:
         return self.task.round_record(got) if got is not None else None
 
     def _record(
-        self, record: dict[str, Any], info: np.ndarray, start: float, trained: float
+        self, record: dict[str, Any], info: np.ndarray, start: float, trained: float, down: int
     ) -> None:
+        """Server: complete ``record`` (``down``: the round's protocol bytes down) and write it."""
         by_kind = self.star.take_bytes()
-        federated = {k: v for k, v in by_kind.items() if not k.startswith(PLUMBING)}
         record.update(
             loss=float(np.nanmean(info[:, 2])) if info.shape[0] else float("nan"),
             seconds=time.perf_counter() - start,
             train_seconds=trained,
-            bytes_up=sum(v for k, v in federated.items() if k.endswith("_up")),
-            bytes_down=sum(v for k, v in federated.items() if k.endswith("_down")),
+            bytes_up=sum(by_kind.get(k, 0) for k in PROTOCOL_UP),
+            bytes_down=down,
             bytes=by_kind,
         )
         if self.run_dir is not None:

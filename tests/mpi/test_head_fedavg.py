@@ -48,7 +48,7 @@ def _config(tmp_path):
 
 
 def _comparable(records):
-    drop = {"seconds", "train_seconds", "bytes_down", "bytes"}  # down: one copy per rank
+    drop = {"seconds", "train_seconds", "bytes"}  # bytes: what MPI moved, per worker rank
     return [{k: v for k, v in r.items() if k not in drop} for r in records]
 
 
@@ -69,6 +69,13 @@ def test_head_fedavg_logs_gram_errors_independently_of_the_rank_count(mpirun, tm
         assert all(k in record and record[k] >= 0 for k in GRAM)
         assert len(record["selected"]) == 3 and "test_mse" in record
     assert m2[0]["bytes"]["setup_up"] == 6 * 8 * (1 + 1 + 3 + 9)  # [client, N, μ, Σ] per client
+    # protocol bytes: heads to and from the 3 selected clients; before round 1, each of the
+    # 6 clients sends its moments and gets Σ_cen back (one worker rank: MPI's copy is one)
+    head = m2[1]["bytes"]["params_up"] // 3
+    for r in m2[1:]:
+        assert r["bytes_up"] == r["bytes_down"] == 3 * head
+    assert m2[0]["bytes_up"] == 3 * head + m2[0]["bytes"]["setup_up"]
+    assert m2[0]["bytes_down"] == 3 * head + 6 * m2[0]["bytes"]["setup_down"]
     assert _comparable(m2) == _comparable(m4)
     summary = json.loads((runs[4] / "summary.json").read_text())
     assert summary["final"]["gram_err_star"] == m4[-1]["gram_err_star"]

@@ -68,7 +68,7 @@ def _run(mpirun, n, config, *overrides):
 
 
 def _comparable(records):
-    drop = {"seconds", "train_seconds", "bytes_down", "bytes"}  # down: one copy per rank
+    drop = {"seconds", "train_seconds", "bytes"}  # bytes: what MPI moved, per worker rank
     return [{k: v for k, v in r.items() if k not in drop} for r in records]
 
 
@@ -104,12 +104,15 @@ def test_fedrep_results_do_not_depend_on_the_rank_count(mpirun, tmp_path, fmnist
     assert "acc" not in m4[0] and all("acc" in r for r in m4[1:])  # eval_every=2, eval_last=2
     for r in m4[:ROUNDS]:
         assert len(r["selected"]) == SELECTED and r["selected"] == sorted(r["selected"])
-        # up: 3 bodies + (client, n, loss) per selected client [+ 4 floats per client eval]
-        evals = 4 * 8 * CLIENTS if "acc" in r else 0
-        assert r["bytes_up"] == SELECTED * (4 * SHARED_BODY + 3 * 8) + evals
+        # the protocol: a body to and from each selected client (reports, evaluation rows
+        # and ids are the simulation's own); MPI: a broadcast reaches each of 3 workers
+        assert r["bytes_up"] == r["bytes_down"] == SELECTED * 4 * SHARED_BODY
+        assert r["bytes"]["params_up"] == r["bytes_up"]
         assert r["bytes"]["params_down"] == 3 * 4 * SHARED_BODY * (1 + (r["round"] == 1))
-    final = m4[-1]
-    assert final["bytes_up"] == CLIENTS * 3 * 8 + 4 * 8 * CLIENTS  # nothing but reports
+    final = m4[-1]  # every client fine-tunes its head on the final body; nothing goes up
+    assert (final["bytes_up"], final["bytes_down"]) == (0, CLIENTS * 4 * SHARED_BODY)
+    for r in m2[:ROUNDS]:  # one worker rank: MPI moves a third as much down, the protocol the same
+        assert r["bytes"]["params_down"] == 4 * SHARED_BODY * (1 + (r["round"] == 1))
     summary = json.loads((tmp_path / "runs" / "np4" / "summary.json").read_text())
     assert summary["n_workers"] == 3 and summary["shared_params"] == SHARED_BODY
     assert summary["score_rounds"] == [2, 3]
@@ -188,8 +191,10 @@ def test_local_trains_every_client_every_round_and_shares_nothing(mpirun, tmp_pa
     assert proc.stdout.count("warning: local does not read federated.fraction") == 1
     records = read_metrics(tmp_path / "runs" / "local" / "metrics.jsonl")
     assert [r["selected"] for r in records] == [list(range(CLIENTS))] * 2
-    for r in records:  # reports only: (client, n, loss) per client + 4 floats per eval
-        assert r["bytes_up"] == CLIENTS * 3 * 8 + 4 * 8 * CLIENTS
+    for r in records:  # the protocol moves nothing; MPI carries reports and evaluations
+        assert (r["bytes_up"], r["bytes_down"]) == (0, 0)
+        assert r["bytes"]["control_up"] == CLIENTS * 3 * 8
+        assert r["bytes"]["metrics_up"] == 4 * 8 * CLIENTS
         assert not any(k.startswith("params") and v for k, v in r["bytes"].items())
     summary = json.loads((tmp_path / "runs" / "local" / "summary.json").read_text())
     assert summary["shared_params"] == 0 and summary["final_acc"] is None
