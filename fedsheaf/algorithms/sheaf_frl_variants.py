@@ -75,9 +75,11 @@ class TransportedSheafFRL(SheafFRL):
         for j, m in zip(self.nbr.neighbours, received, strict=True):
             if refresh_now and self.refits(j, self.refreshes):
                 self.out_maps[j] = stiefel_map(m, own)
-            # a message sent just before the sender refitted does not belong in the window
+            # a message sent just before the sender refitted does not belong in the window,
+            # and only the end that refits at the next refresh needs one
             stale = refresh_now and self.side_refits(not self.is_head[j], self.refreshes)
-            if self.cfg.sheaf.map_refresh == "epoch" and not stale:
+            fits_next = self.refits(j, self.refreshes + int(refresh_now))
+            if self.cfg.sheaf.map_refresh == "epoch" and fits_next and not stale:
                 self.window.add(j, m, own)
         if refresh_now:
             self.refreshes += 1

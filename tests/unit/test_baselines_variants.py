@@ -18,7 +18,7 @@ from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
 from fedsheaf.algorithms.sheaf_frl_variants import HomogeneousSheafFRL, StrictSheafFRL
 from fedsheaf.config import SheafConfig
 from fedsheaf.seeding import torch_generator
-from fedsheaf.sheaf.maps import random_stiefel, stiefel_map
+from fedsheaf.sheaf.maps import PilotWindow, random_stiefel, stiefel_map
 from fedsheaf.sheaf.penalty import sheaf_penalty
 from fedsheaf.sheaf.prototypes import (
     PrototypeStream,
@@ -115,6 +115,33 @@ def test_alternating_window_refits_keep_both_ends_on_one_map():
         if StrictSheafFRL.side_refits(me, False, refresh):
             v = stiefel_map(o @ a_h, a_t)
         torch.testing.assert_close(o.T @ v, stiefel_map(a_h, a_t), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("variant", [HomogeneousSheafFRL, StrictSheafFRL])
+def test_only_the_end_that_refits_next_collects_a_window(variant):
+    """Window mode: the cross-products of an epoch serve the end that refits at its close
+    (homogeneous: always the tail; strict: tails after epoch 1, heads after epoch 2, ...);
+    the other end keeps none. A message sent just before its sender refitted is left out."""
+    a_h, a_t, _ = _pilots(5, 5, k=8)
+    sheaf = SimpleNamespace(map_refresh="epoch")
+    kept: dict[bool, list[int]] = {}
+    for head in (True, False):
+        me = object.__new__(variant)
+        me.cfg = SimpleNamespace(sheaf=sheaf)
+        me.nbr = SimpleNamespace(neighbours=[1])
+        me.is_head, me.out_maps, me.refreshes = {1: head}, {1: torch.eye(5)}, 0
+        me.window, me.lam_i, me.agent = PilotWindow(), 0.1, SimpleNamespace(device="cpu")
+        own, other = (a_h.float(), a_t.float()) if head else (a_t.float(), a_h.float())
+        kept[head] = []
+        for epoch in range(3):
+            for _ in range(4):  # steps
+                me.penalty(own.clone(), [other.clone()])
+            kept[head].append(me.window.samples(1))
+            me.end_epoch(epoch)
+    if variant is HomogeneousSheafFRL:
+        assert kept == {True: [0, 0, 0], False: [4 * 8, 4 * 8, 4 * 8]}  # heads never refit
+    else:  # strict: the head refitted at the first step, so the tail skips that message
+        assert kept == {True: [0, 4 * 8, 0], False: [3 * 8, 0, 4 * 8]}
 
 
 # ---------------------------------------------------------------- prototypes
