@@ -1,22 +1,54 @@
 """Strict YAML reading for configs, studies and graph files.
 
-Two things plain ``yaml.safe_load`` does that a config must not:
+Three things plain ``yaml.safe_load`` does that a config must not:
 
 * a key given twice in one mapping silently keeps the last value (a second
-  ``train:`` section drops the first one whole), and
+  ``train:`` section drops the first one whole);
 * an anchor used twice (``&agent`` / ``*agent``, or ``<<: *agent``) gives the *same*
   Python object at both places, so an override of one agent changes every agent
-  that shares the anchor.
+  that shares the anchor; and
+* YAML 1.1's plain scalars change what was typed: ``seed: 010`` is octal 8,
+  ``epochs: 1:00`` base-60 60, ``0x10`` 16, ``1_000`` 1000, ``on``/``yes`` true.
 
 :func:`load` refuses the first (a :class:`yaml.YAMLError` naming the key and its
-line) and copies the second apart.
+line), copies the second apart, and reads plain numbers and booleans as YAML 1.2's
+core schema (and JSON) do: decimal integers (leading zeros kept decimal), decimal
+floats (``1e-3`` included, ``.inf``, ``.nan``) and ``true``/``false``. Anything else is
+a string, which the schema then refuses where it wants a number or a boolean.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
+
+_INT, _FLOAT, _BOOL = (f"tag:yaml.org,2002:{t}" for t in ("int", "float", "bool"))
+
+
+class _Loader(yaml.SafeLoader):
+    """:class:`yaml.SafeLoader` with YAML 1.2's plain numbers and booleans."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT, _BOOL)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+# integers before floats: a plain "10" is an integer
+_Loader.add_implicit_resolver(_INT, re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+_Loader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+_Loader.add_constructor(_INT, lambda loader, node: int(loader.construct_scalar(node), 10))
 
 #: What PyYAML's scalar constructors raise directly for a value they cannot build
 #: (``2020-13-01`` as a date, ``!!float abc``), besides :class:`yaml.YAMLError`.
@@ -26,11 +58,11 @@ _MERGE = "tag:yaml.org,2002:merge"
 _VALUE = "tag:yaml.org,2002:value"
 
 
-def _check_keys(loader: yaml.SafeLoader, node: yaml.Node, seen: set[int]) -> None:
+def _check_keys(loader: _Loader, node: yaml.Node, seen: set[int]) -> None:
     """Refuse a mapping that names one key twice (merged keys may be overridden).
 
-    Keys are compared by the value they build, as the mapping would be, so ``yes`` and
-    ``true`` (or ``1`` and ``0x1``) are one key spelled twice.
+    Keys are compared by the value they build, as the mapping would be, so ``true`` and
+    ``True`` (or ``1`` and ``01``) are one key spelled twice.
     """
     stack = [node]
     while stack:
@@ -79,7 +111,7 @@ def load(text: str) -> Any:
     for a scalar that cannot be built, or :class:`RecursionError` for a document that
     nests too deeply or refers to itself.
     """
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:

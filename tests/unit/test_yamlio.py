@@ -1,4 +1,5 @@
-"""Strict YAML: a key given twice is an error; anchors give independent copies."""
+"""Strict YAML: a key given twice is an error; anchors give independent copies; plain
+numbers and booleans as YAML 1.2 reads them."""
 
 import os
 from pathlib import Path
@@ -34,8 +35,8 @@ def test_a_key_given_twice_is_an_error_naming_it_and_both_lines():
 def test_one_key_spelled_two_ways_is_given_twice():
     """Keys are compared as the mapping would hold them, not by their text."""
     for text, spelled in (
-        ("yes: 1\ntrue: 2\n", "'true' twice (the first at line 1, as 'yes')"),
-        ("1: a\n0x1: b\n", "'0x1' twice (the first at line 1, as '1')"),
+        ("True: 1\ntrue: 2\n", "'true' twice (the first at line 1, as 'True')"),
+        ("1: a\n01: b\n", "'01' twice (the first at line 1, as '1')"),
         ("null: 1\n~: 2\n", "'~' twice (the first at line 1, as 'null')"),
     ):
         with pytest.raises(yaml.YAMLError) as err:
@@ -101,3 +102,41 @@ def test_a_graph_path_that_is_not_a_regular_file_is_refused_not_read(tmp_path):
     os.mkfifo(fifo)  # reading it would block until a writer came
     with pytest.raises(GraphError, match="is not a regular file"):
         load_graph(fifo)
+
+
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("010", 10),  # YAML 1.1: octal 8
+        ("007", 7),
+        ("-3", -3),
+        ("1e-3", 0.001),
+        ("1e3", 1000.0),  # YAML 1.1: the string '1e3'
+        ("5.", 5.0),
+        (".5", 0.5),
+        ("-.inf", float("-inf")),
+        ("true", True),
+        ("False", False),
+        ("1:00", "1:00"),  # YAML 1.1: base 60, i.e. 60
+        ("0x10", "0x10"),  # YAML 1.1: 16
+        ("1_000", "1_000"),  # YAML 1.1: 1000
+        ("on", "on"),  # YAML 1.1: true
+        ("no", "no"),  # YAML 1.1: false
+    ],
+)
+def test_plain_numbers_and_booleans_are_read_as_typed(text, value):
+    assert yamlio.load(f"v: {text}\n") == {"v": value}
+    assert parse_override(f"train.x={text}")[1] == value
+
+
+def test_a_number_yaml_1_1_would_rewrite_is_refused_by_the_schema():
+    for override, words in (
+        ("train.epochs=1:00", "config key 'train.epochs' must be an integer, got '1:00'"),
+        ("seed=0x10", "config key 'seed' must be an integer, got '0x10'"),
+        ("train.download=yes", "unknown config key 'train.download'"),
+        ("data.download=yes", "config key 'data.download' must be true/false, got 'yes'"),
+    ):
+        with pytest.raises(ConfigError) as err:
+            load_config(REPO / "configs/quickstart.yaml", [override])
+        assert str(err.value).startswith(f"{REPO / 'configs/quickstart.yaml'}: {words}")
+    assert load_config(REPO / "configs/quickstart.yaml", ["seed=010"]).seed == 10
