@@ -178,9 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = _command(argv) or "run"
     if command == "run":  # before the heavy imports: a stop requested during start-up
+        from fedsheaf import reader_gone
         from fedsheaf.runtime import stop_request  # (no MPI in this module)
 
         stop_request.install()
+        reader_gone.install()  # `fedsheaf run ... | head` must not end the run
     if command == "run" and "--" not in argv:
         argv = options_first(argv)
     parser = build_parser(command)

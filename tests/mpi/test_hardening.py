@@ -11,6 +11,7 @@ live in tests/unit/test_config*.py and tests/unit/test_graphs*.py.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fedsheaf import reader_gone
+from fedsheaf.results import read_metrics
 from tests.conftest import REPO, mpi_env
 
 pytestmark = pytest.mark.mpi
@@ -206,6 +209,25 @@ def test_real_processes_without_mpiexec(tmp_path):
     run = tmp_path / "runs" / "good-sheaf_frl-seed0"
     assert json.loads((run / "summary.json").read_text())["n_agents"] == 1
     assert json.loads((run / "checkpoints" / "latest.json").read_text())["epochs"] == [1, 2]
+
+    # standard output's reader gone before the first line (`| head -0`): the run goes on
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    gone = subprocess.run(
+        [sys.executable, "-m", "fedsheaf", "run", good, "output.name=unread", "train.epochs=2"],
+        cwd=REPO,
+        env=mpi_env(),
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    os.close(write_end)
+    assert gone.returncode == 0, gone.stderr
+    assert gone.stderr.count(reader_gone.NOTICE) == 1 and "Traceback" not in gone.stderr
+    unread = read_metrics(tmp_path / "runs" / "unread" / "metrics.jsonl")
+    assert [r["epoch"] for r in unread] == [1, 2]
+    assert (tmp_path / "runs" / "unread" / "summary.json").is_file()
 
 
 def test_argument_errors_reach_the_user_under_mpiexec(mpirun):
