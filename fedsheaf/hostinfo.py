@@ -9,7 +9,9 @@ online, so a launcher must compare the rank count with :func:`physical_cores`, n
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -51,6 +53,28 @@ def physical_cores(cpus: list[int] | None = None, sysfs: Path = SYSFS_CPUS) -> i
             return max(1, len(ids))
         cores.add((package, core))
     return max(1, len(cores))
+
+
+def launcher_words(template: str) -> list[str]:
+    """The shell words of a launcher template (``'srun -n {n}'``); ValueError unless it
+    splits into words and one of them holds ``{n}``, the rank count."""
+    try:
+        words = shlex.split(template)
+    except ValueError as exc:
+        raise ValueError(f"cannot split {template!r} into words: {exc}") from None
+    if not any("{n}" in w for w in words):
+        raise ValueError(f"{template!r} has no {{n}} for the rank count, e.g. 'srun -n {{n}}'")
+    return words
+
+
+def launcher_template(text: str) -> str:
+    """The argparse type of a ``--launcher`` option: ``text``, once :func:`launcher_words`
+    accepts it."""
+    try:
+        launcher_words(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def threads_per_rank(masks: list[set[int]], mine: int) -> int:

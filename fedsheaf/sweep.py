@@ -43,7 +43,7 @@ import yaml
 
 from fedsheaf.config import HUB_BASED, load_config, override_key, override_leaves, read_yaml
 from fedsheaf.errors import ConfigError
-from fedsheaf.hostinfo import failed_to_start, local_launcher
+from fedsheaf.hostinfo import failed_to_start, launcher_template, launcher_words, local_launcher
 from fedsheaf.results import atomic_write_json, atomic_write_text
 from fedsheaf.units import count
 
@@ -420,14 +420,34 @@ def emit(study: Study, path: Path, launcher: str = DEFAULT_LAUNCHER) -> Path:
     (exit 0), and starts a run that has no checkpoint yet.
     """
     try:
-        prefix = shlex.split(launcher)
+        prefix = launcher_words(launcher)
     except ValueError as exc:
-        raise ConfigError(f"--launcher {launcher!r} cannot be split into words: {exc}") from None
+        raise ConfigError(f"--launcher: {exc}") from None
+    check_emit_target(path)
     lines = [
         shlex.join([*r.argv(prefix, ["fedsheaf"]), "checkpoint.resume=true"]) for r in study.runs
     ]
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path
+
+
+def check_emit_target(path: Path) -> None:
+    """Refuse to write the command list over a file that is not one (a config, the study
+    file, notes): only an earlier ``--emit`` output is replaced."""
+    if not path.exists():
+        return
+    if path.is_dir():
+        raise ConfigError(f"--emit {path}: it is a directory; name a file")
+    try:
+        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except (OSError, UnicodeDecodeError):
+        lines = ["?"]
+    if all(" fedsheaf run " in ln and ln.endswith(" checkpoint.resume=true") for ln in lines):
+        return
+    raise ConfigError(
+        f"--emit {path}: the file exists and is not a command list written by --emit; "
+        "choose another file (or remove it first)"
+    )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -456,6 +476,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--launcher",
+        type=launcher_template,
         help="launcher prefix for --emit; {n} is the rank count (e.g. 'srun -n {n}'; "
         f"default: '{DEFAULT_LAUNCHER}')",
     )
@@ -481,9 +502,12 @@ def run(args: argparse.Namespace) -> int:
             print(shlex.join(r.argv(["mpiexec", "-n", str(r.ranks)], ["fedsheaf"])))
         print(f"# {len(study.runs)} runs; add --local to run them or --emit to list them")
         return 0
-    manifest = write_manifest(study)
-    if args.emit is not None:
+    target = None
+    if args.emit is not None:  # refused before anything is written
         target = Path(args.emit) if args.emit else study.output / "commands.txt"
+        check_emit_target(target)
+    manifest = write_manifest(study)
+    if target is not None:
         path = emit(study, target, args.launcher or DEFAULT_LAUNCHER)
         print(f"wrote {len(study.runs)} commands to {path} (manifest {manifest})")
         return 0

@@ -39,7 +39,12 @@ from fedsheaf.bench.plan import (
 )
 from fedsheaf.config import load_config
 from fedsheaf.errors import ConfigError
-from fedsheaf.hostinfo import failed_to_start, find_mpiexec, local_launcher
+from fedsheaf.hostinfo import (
+    failed_to_start,
+    find_mpiexec,
+    launcher_template,
+    local_launcher,
+)
 from fedsheaf.processes import stop_job
 
 
@@ -61,19 +66,6 @@ def _positive_seconds(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
-
-
-def _template(text: str) -> str:
-    """A ``--launcher`` template: shell words, one of them holding ``{n}``."""
-    try:
-        words = shlex.split(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"cannot split {text!r} into words: {exc}") from None
-    if not any("{n}" in w for w in words):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} has no {{n}} for the rank count, e.g. 'srun -n {{n}}'"
-        )
-    return text
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -131,7 +123,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--launcher",
-        type=_template,
+        type=launcher_template,
         help="launch template with {n}, e.g. 'srun -n {n}' (default: mpiexec beside this "
         "Python, with --oversubscribe when ranks exceed physical cores)",
     )

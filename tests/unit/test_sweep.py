@@ -233,10 +233,40 @@ def test_a_missing_or_broken_study_file_is_called_a_study_file(tmp_path, capsys)
     assert f"error: study file {bad} is not valid YAML: line 2" in err and "config file" not in err
 
 
-def test_emit_with_an_unsplittable_launcher_is_an_error(tmp_path):
+def test_emit_with_an_unusable_launcher_is_an_error(tmp_path, capsys):
     study = expand(_study(tmp_path, seeds=[0]))
-    with pytest.raises(ConfigError, match="--launcher .* cannot be split"):
+    with pytest.raises(ConfigError, match='^--launcher: cannot split "srun -n \'{n}" into words'):
         emit(study, tmp_path / "cmds.txt", "srun -n '{n}")
+    with pytest.raises(ConfigError, match="^--launcher: 'srun -n' has no {n} for the rank count"):
+        emit(study, tmp_path / "cmds.txt", "srun -n")
+    assert not (tmp_path / "cmds.txt").exists()
+    # on the command line, as bench says it
+    for command in (["sweep", str(_study(tmp_path, seeds=[0])), "--emit"], ["bench", "--dry-run"]):
+        with pytest.raises(SystemExit) as exc:
+            cli.main([*command, "--launcher", "srun -n"])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --launcher: 'srun -n' has no {n} for the rank count" in err
+
+
+def test_emit_replaces_only_a_command_list(tmp_path, capsys):
+    study_file = _study(tmp_path, seeds=[0])
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    cmds = tmp_path / "cmds.txt"
+    for target in (study_file, notes, tmp_path):  # the study itself, any other file, a folder
+        before = target.read_bytes() if target.is_file() else None
+        assert cli.main(["sweep", str(study_file), "--emit", str(target)]) == 2
+        err = capsys.readouterr().err
+        assert f"fedsheaf: error: --emit {target}: " in err
+        assert before is None or target.read_bytes() == before
+    assert not (tmp_path / "out" / "study.json").exists()  # refused before anything is written
+    assert cli.main(["sweep", str(study_file), "--emit", str(cmds)]) == 0
+    first = cmds.read_text()
+    assert (
+        cli.main(["sweep", str(study_file), "--emit", str(cmds), "--launcher", "srun -n {n}"]) == 0
+    )
+    assert cmds.read_text() == first.replace("mpiexec -n", "srun -n") != first  # replaced
 
 
 def test_keys_the_sweep_sets_per_run_cannot_be_overridden(tmp_path, capsys):

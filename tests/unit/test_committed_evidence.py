@@ -1,0 +1,52 @@
+"""The committed results are what their committed run files say: regenerating each study's
+tables from its run directories (as its README tells) gives the committed text, byte for
+byte. A change to the report code that alters them must regenerate them too."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+RESULTS = REPO / "results"
+TEXT_OUTPUTS = ("comparison.csv", "comparison.md", "runs.csv", "runs_table.csv", "runs_table.md")
+
+
+def _python(*args: str | Path, cwd: Path = REPO) -> None:
+    proc = subprocess.run(
+        [sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("study", ["study15", "pair"])
+def test_a_decentralized_study_report_regenerates_from_its_sweep(tmp_path, study):
+    sweep = RESULTS / study / "sweep"
+    planned = sorted(p.name for p in (sweep / "runs").iterdir())
+    assert planned and all((sweep / "runs" / n / "summary.json").is_file() for n in planned)
+    _python("-m", "fedsheaf", "report", sweep, "--out", tmp_path)
+    for name in TEXT_OUTPUTS:
+        assert (tmp_path / name).read_bytes() == (RESULTS / study / name).read_bytes(), name
+
+
+def test_the_fedrep_table_regenerates_from_its_runs(tmp_path):
+    _python(RESULTS / "fedrep" / "make_table.py", RESULTS / "fedrep" / "runs", tmp_path)
+    for name in ("table.csv", "table.md"):
+        assert (tmp_path / name).read_bytes() == (RESULTS / "fedrep" / name).read_bytes(), name
+
+
+def test_the_head_fedavg_tables_regenerate_from_their_runs(tmp_path):
+    copy = tmp_path / "head_fedavg"
+    shutil.copytree(RESULTS / "head_fedavg", copy)
+    tables = ("table.md", "ufm_table.md", "geo/table.md")
+    for name in tables:
+        (copy / name).unlink()
+    _python(RESULTS / "head_fedavg" / "make_results.py", copy)
+    _python(RESULTS / "head_fedavg" / "make_results.py", copy / "geo")
+    for name in tables:
+        assert (copy / name).read_bytes() == (RESULTS / "head_fedavg" / name).read_bytes(), name
