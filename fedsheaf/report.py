@@ -24,7 +24,7 @@ import io
 import math
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,8 @@ class RunRecord:
     hyper: tuple[tuple[str, Any], ...]
     seed: int
     summary: dict[str, Any]
+    #: the run's resolved config, flattened to dotted keys
+    config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def setting(self) -> tuple[float, int | None]:
@@ -151,12 +153,14 @@ def collect(paths: list[str | Path]) -> list[RunRecord]:
                 tuple((k, _get(cfg, k)) for k in keys),
                 int(cfg.get("seed", 0)),
                 summary,
+                _flat(cfg),
             )
         )
     if not records:
         where = ", ".join(map(str, paths))
         raise ConfigError(f"no finished runs (summary.json + config.yaml) under {where}")
     warn_repeated_seeds(records)
+    warn_mixed_experiments(records)
     if len(datasets) > 1:
         print(
             f"report: warning: the runs use {len(datasets)} datasets "
@@ -183,6 +187,65 @@ def warn_repeated_seeds(records: list[RunRecord]) -> None:
                 f"{seed} are averaged as if they were different seeds: {names}",
                 file=sys.stderr,
             )
+
+
+#: Config keys that may differ between the seeds of one setting: they change no number
+#: (where files go, checkpointing, evaluation cadence, device, exchange overlap).
+SEED_INDEPENDENT = (
+    "seed",
+    "name",
+    "output.",
+    "checkpoint.",
+    "train.eval_every",
+    "train.device",
+    "data.root",
+    "data.download",
+    "sheaf.overlap_exchange",
+)
+
+
+def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted leaves of a config tree (lists of sections entry by entry: ``agents[1].lr``)."""
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(tree, list) and tree and all(isinstance(v, dict) for v in tree):
+        out = {f"{prefix}.count": len(tree)}
+        for i, value in enumerate(tree):
+            out.update(_flat(value, f"{prefix}[{i}]"))
+        return out
+    return {prefix: tree}
+
+
+def warn_mixed_experiments(records: list[RunRecord]) -> None:
+    """Say where runs averaged as the seeds of one setting (same method, setting and
+    grid point) differ in anything but the seed and where their files go: the table
+    would present two experiments (other epochs, learning rate, models) as one."""
+    groups: dict[tuple[Any, ...], list[RunRecord]] = {}
+    for r in records:
+        groups.setdefault((r.method, r.setting, r.hyper), []).append(r)
+    for (method, _, _), group in groups.items():
+        keys = sorted({k for r in group for k in r.config})
+        differ = [
+            k
+            for k in keys
+            if not any(k == p or (p.endswith(".") and k.startswith(p)) for p in SEED_INDEPENDENT)
+            and len({repr(r.config.get(k)) for r in group}) > 1
+        ]
+        if not differ:
+            continue
+        shown = "; ".join(
+            f"{k} ({' vs '.join(sorted({repr(r.config.get(k)) for r in group}))})"
+            for k in differ[:4]
+        ) + ("; ..." if len(differ) > 4 else "")
+        names = ", ".join(str(r.path) for r in group)
+        print(
+            f"report: warning: {len(group)} {method} runs averaged as seeds of one setting "
+            f"differ in {shown}: {names}",
+            file=sys.stderr,
+        )
 
 
 def warn_unfinished(paths: list[str | Path], finished: set[Path]) -> None:

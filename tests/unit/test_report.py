@@ -192,6 +192,24 @@ def test_nested_runs_are_skipped_and_repeated_seeds_are_said(tmp_path, capsys):
     assert str(root.resolve() / "b") in err and "/c" not in err.split("warning")[1]
 
 
+def test_runs_of_other_experiments_averaged_as_seeds_are_a_warning(tmp_path, capsys):
+    root = tmp_path / "runs"
+    _run(root, "a", ["seed=1"], _summary(0.7, 0.8, 0.5))
+    _run(root, "b", ["seed=2", "output.name=b", "train.eval_every=3"], _summary(0.7, 0.8, 0.5))
+    collect([root])
+    assert "warning" not in capsys.readouterr().err  # seeds of one experiment
+    _run(root, "c", ["seed=3", "train.epochs=2", "train.lr=0.5"], _summary(0.7, 0.8, 0.5))
+    _run(root, "d", ["seed=1", "sheaf.lam=1"], _summary(0.7, 0.8, 0.5))  # another grid point
+    assert len(select(collect([root]))) == 1  # one row: λ is chosen among the grid points
+    err = capsys.readouterr().err
+    assert err.count("warning") == 1, err
+    assert (
+        "report: warning: 3 sheaf_frl runs averaged as seeds of one setting differ in "
+        "train.epochs (100 vs 2); train.lr (0.01 vs 0.5): "
+    ) in err
+    assert "/d" not in err
+
+
 def test_runs_on_several_datasets_are_a_warning(tmp_path, capsys):
     root = tmp_path / "runs"
     _run(root, "a", ["seed=1"], _summary(0.7, 0.8, 0.5))
