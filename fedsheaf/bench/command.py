@@ -101,9 +101,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--dataset",
-        default=DATASETS[0],
         choices=DATASETS,
-        help="28×28 image data set of the decentralized cases (default: %(default)s; "
+        help=f"28×28 image data set of the decentralized cases (default: {DATASETS[0]}, "
+        "or the bundled 8×8 digits where it is missing; a data set named here must exist; "
         f"the FedRep case always uses {FEDREP_DATASET})",
     )
     parser.add_argument(
@@ -380,11 +380,21 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--budget must be a positive number of seconds, got {args.budget}")
     cases = args.cases or list(CASE_NAMES)
     device = _device(args.device)
-    notes, images, fedrep = data_notes(cases, args.dataset, args.data_root)
+    dataset = args.dataset or DATASETS[0]
+    notes, images, fedrep = data_notes(cases, dataset, args.data_root)
+    if args.dataset and not images and set(cases) - {"clients"}:
+        from fedsheaf.data.sources import expected_files
+
+        missing = next(p for p in expected_files(dataset, args.data_root) if not p.exists())
+        raise ConfigError(
+            f"--dataset {dataset}: not found under {args.data_root} (no {missing}); give its "
+            "torchvision root with --data-root (without --dataset the decentralized cases "
+            "fall back to the bundled digits)"
+        )
     launches = plan(
         args.size,
         cases,
-        dataset=args.dataset,
+        dataset=dataset,
         data_root=args.data_root,
         scaling_ranks=parse_counts(args.ranks, "--ranks") if args.ranks else None,
         workers=parse_counts(args.workers, "--workers") if args.workers else None,

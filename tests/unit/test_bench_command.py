@@ -180,6 +180,12 @@ def test_a_requested_case_skipped_for_missing_data_is_reported(tmp_path, monkeyp
     assert cli.main(["bench", "overhead", "--data-root", empty, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "note: fashionmnist not found under" in out and "data.dataset=digits" in out
+    # ... but a data set asked for by name is not replaced
+    for dataset in ("fashionmnist", "mnist"):
+        argv = ["bench", "overhead", "--dataset", dataset, "--data-root", empty, "--dry-run"]
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"fedsheaf: error: --dataset {dataset}: not found under {empty} (no ")
 
 
 def test_help_describes_the_command_and_its_defaults(capsys):
