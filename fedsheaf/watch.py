@@ -84,15 +84,20 @@ def _total(cfg: dict[str, Any]) -> Any:
     return (cfg.get("train") or {}).get("epochs")
 
 
+def _counted(n: Any, unit: str) -> str:
+    """``count(n, unit)`` for a number, else ``"n units"`` (a config value read as is)."""
+    return count(n, unit) if isinstance(n, int) else f"{n} {unit}s"
+
+
 def header(cfg: dict[str, Any], run_dir: Path) -> str:
     """``name · algorithm · seed · participants · length · directory``."""
     fed = cfg.get("federated") or {}
     if _family(cfg) == "server":
-        who, length = f"{fed.get('clients')} clients", f"{_total(cfg)} rounds"
+        who, length = _counted(fed.get("clients"), "client"), _counted(_total(cfg), "round")
     else:
         agents = cfg.get("agents") or []
-        who = f"{len(agents)} agents" if agents else f"graph {cfg.get('graph')}"
-        length = f"{_total(cfg)} epochs"
+        who = count(len(agents), "agent") if agents else f"graph {cfg.get('graph')}"
+        length = _counted(_total(cfg), "epoch")
     parts = [str(cfg.get("name")), str(cfg.get("algorithm")), f"seed {cfg.get('seed')}"]
     return " · ".join([*parts, who, length, str(run_dir)])
 

@@ -77,7 +77,7 @@ def run_decentralized(
     if run_dir is not None:
         settle_config(run_dir, cfg)
     world.log(
-        f"fedsheaf: {cfg.algorithm} '{cfg.name}' on {graph.name} ({graph.n} agents, "
+        f"fedsheaf: {cfg.algorithm} '{cfg.name}' on {graph.name} ({count(graph.n, 'agent')}, "
         f"{count(len(graph.edges), 'edge')}), {ds.name} "
         f"s={cfg.data.shift}, {count(cfg.train.epochs, 'epoch')} x {count(steps, 'step')}, "
         f"device {world.device}, {count(world.threads, 'thread')} per rank, seed {cfg.seed}"

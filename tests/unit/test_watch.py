@@ -313,3 +313,12 @@ def test_following_a_run_that_stopped_writing_says_so_once(tmp_path):
     said = re.search(r"no new record for (\d+) s: is the job still running\?", out.getvalue())
     # in seconds, counted from the file's time: at least the 20 s it was set back
     assert said and 20 <= int(said.group(1)) < 60, out.getvalue()
+
+
+def test_the_header_counts_in_the_singular_too():
+    from fedsheaf.watch import header
+
+    one = {"name": "x", "algorithm": "sheaf_frl", "seed": 0, "agents": [{}], "train": {"epochs": 1}}
+    assert header(one, Path("r")) == "x · sheaf_frl · seed 0 · 1 agent · 1 epoch · r"
+    fed = {"name": "y", "algorithm": "fedrep", "seed": 1, "federated": {"clients": 1, "rounds": 2}}
+    assert header(fed, Path("r")) == "y · fedrep · seed 1 · 1 client · 2 rounds · r"
