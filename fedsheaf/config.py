@@ -373,6 +373,11 @@ class ExperimentConfig:
                 unused["head"] = "head_fedavg only"
             if self.algorithm == "local":
                 unused["federated.fraction"] = "Local trains every client in every round"
+        if self.decentralized or self.hub_based:  # (baseline.* may serve the file's other methods)
+            if self.sheaf.pilot_strategy not in ("prototype", "kmeans"):
+                unused["sheaf.prototype_members"] = "pilot_strategy prototype or kmeans only"
+        if self.train.optimizer == "adam":
+            unused["train.momentum"] = "Adam has no momentum term; sgd and nesterov read it"
         mine = _flat(self.to_dict())
         base = _flat(ExperimentConfig(name=self.name, algorithm=self.algorithm).to_dict())
         changed = {k for k in mine.keys() | base.keys() if mine.get(k) != base.get(k)}

@@ -233,6 +233,14 @@ def test_settings_the_algorithm_never_reads_are_named():
     ]
     # setting a key to its default is not a setting
     assert load_config(REPO / "configs/quickstart.yaml", ["rounds=100"]).ignored_settings() == []
+    # within a section: what the chosen optimizer or pilot strategy does not read
+    extra = ["train.optimizer=adam", "train.momentum=0.5", "sheaf.prototype_members=3"]
+    assert load_config(REPO / "configs/quickstart.yaml", extra).ignored_settings() == [
+        "sheaf.prototype_members (pilot_strategy prototype or kmeans only)",
+        "train.momentum (Adam has no momentum term; sgd and nesterov read it)",
+    ]
+    kmeans = [*extra[2:], "sheaf.pilot_strategy=kmeans"]
+    assert load_config(REPO / "configs/quickstart.yaml", kmeans).ignored_settings() == []
 
 
 def test_a_run_name_must_fit_one_directory_name():
