@@ -29,6 +29,7 @@ from fedsheaf.errors import ConfigError
 from fedsheaf.results import (
     atomic_write_text,
     outermost_runs,
+    read_failure,
     read_json_object,
     read_metrics,
     save_figure,
@@ -196,7 +197,11 @@ def run_row(run: RunInfo) -> dict[str, Any]:
         "algorithm": run.algorithm,
         "family": run.family,
         "seed": run.config.get("seed"),
-        "status": "finished" if run.summary is not None else "running",
+        "status": (
+            "finished"
+            if run.summary is not None
+            else ("failed" if read_failure(run.path) is not None else "running")
+        ),
         **run.final,
     }
 

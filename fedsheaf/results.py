@@ -12,6 +12,7 @@ Layout of a run directory::
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
@@ -170,6 +171,30 @@ def check_run_files(path: Path) -> None:
             )
 
 
+#: What a rank writes into its run directory when an error ends the job
+#: (:mod:`fedsheaf.runtime.world`'s abort hook): ``{"rank", "error", "time"}``.
+FAILURE_FILE = "failed.json"
+
+
+def write_failure(path: Path, rank: int, error: str) -> None:
+    """Best effort, never raising: say in run directory ``path`` why its job ended."""
+    try:
+        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        atomic_write_json(path / FAILURE_FILE, {"rank": rank, "error": error, "time": stamp})
+    except Exception:  # the job is ending on another error already
+        pass
+
+
+def read_failure(path: Path) -> dict[str, Any] | None:
+    """What :func:`write_failure` left in ``path`` (None: nothing)."""
+    if not (path / FAILURE_FILE).is_file():
+        return None
+    try:
+        return read_json_object(path / FAILURE_FILE)
+    except (ConfigError, OSError):
+        return {"error": f"{FAILURE_FILE} cannot be read"}
+
+
 class RunDir:
     """The directory one run writes into (only rank 0 creates one)."""
 
@@ -191,7 +216,7 @@ class RunDir:
                 "; choose another output.dir"
             ) from None
         if overwrite:
-            for name in ("metrics.jsonl", "summary.json", PREVIOUS_SUMMARY):
+            for name in ("metrics.jsonl", "summary.json", PREVIOUS_SUMMARY, FAILURE_FILE):
                 try:
                     (self.path / name).unlink(missing_ok=True)
                 except OSError as exc:

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from fedsheaf.config import SERVER_BASED, read_yaml
 from fedsheaf.errors import ConfigError
-from fedsheaf.results import read_json_object
+from fedsheaf.results import read_failure, read_json_object
 from fedsheaf.units import count, human_bytes
 
 
@@ -200,11 +200,14 @@ def watch(
     out: TextIO | None = None,
     stall: float = 30.0,
 ) -> int:
-    """Print progress of the run in ``run_dir``; return when it has finished (or at once).
+    """Print progress of the run in ``run_dir``; return when it has finished (0), when it
+    has failed (1: its job ended on an error, which the run's ``failed.json`` names), or
+    at once.
 
     ``once`` prints everything recorded so far plus a status line, then returns. While
     following, a run that has written no record for ``stall`` minutes gets one line
-    asking whether the job still runs (a job that died leaves no summary).
+    asking whether the job still runs (a job killed outright leaves no summary and no
+    ``failed.json``).
     """
     out = out if out is not None else sys.stdout
     run_dir = Path(run_dir)
@@ -251,6 +254,11 @@ def watch(
             summary = read_json_object(run_dir / "summary.json")
             print(finished_line(summary), file=out, flush=True)
             return 0
+        failure = read_failure(run_dir)
+        if failure is not None:  # the job ended on an error: nothing more will come
+            where = f" on rank {failure['rank']}" if "rank" in failure else ""
+            print(f"failed{where}: {failure.get('error')}", file=out, flush=True)
+            return 1
         if once:
             unit = "round" if _family(cfg) == "server" else "epoch"
             state = f"{count(seen, unit)} so far" if seen else f"no {unit}s recorded yet"

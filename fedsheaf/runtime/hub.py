@@ -32,7 +32,7 @@ from fedsheaf.errors import ConfigError
 from fedsheaf.graphs import load_graph
 from fedsheaf.hostinfo import singleton_hint
 from fedsheaf.runtime.star import Star
-from fedsheaf.runtime.world import UserErrorExit, World
+from fedsheaf.runtime.world import UserErrorExit, World, note_run_dir
 from fedsheaf.units import count
 
 
@@ -121,6 +121,7 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
         if ckpt is not None and state is not None:
             server.load_state_dict(state["server"])
         save = checkpointer(cfg, world, run_path, lambda: {"server": server.state_dict()})
+        note_run_dir(run_path)
         server.serve(ckpt.epoch if ckpt is not None else 0, save)
         return None
     try:

@@ -24,6 +24,7 @@ from fedsheaf.config import (
 from fedsheaf.errors import ConfigError, FedsheafError
 from fedsheaf.progress import Recorder, agent_table
 from fedsheaf.results import (
+    FAILURE_FILE,
     PREVIOUS_SUMMARY,
     RunDir,
     atomic_write_text,
@@ -32,7 +33,13 @@ from fedsheaf.results import (
 )
 from fedsheaf.runtime import stop_request
 from fedsheaf.runtime.topology import Neighbourhood
-from fedsheaf.runtime.world import World, choose_device, init_world, refuse_unusable_gpus
+from fedsheaf.runtime.world import (
+    World,
+    choose_device,
+    init_world,
+    note_run_dir,
+    refuse_unusable_gpus,
+)
 from fedsheaf.units import count
 
 
@@ -76,6 +83,7 @@ def run_decentralized(
         resumed_state = loaded[1]
     if run_dir is not None:
         settle_config(run_dir, cfg)
+    note_run_dir(run_path)
     world.log(
         f"fedsheaf: {cfg.algorithm} '{cfg.name}' on {graph.name} ({count(graph.n, 'agent')}, "
         f"{count(len(graph.edges), 'edge')}), {ds.name} "
@@ -195,6 +203,7 @@ def settle_config(run_dir: RunDir, cfg: ExperimentConfig) -> None:
             flush=True,
         )
     run_dir.write_config(dump_config(cfg))
+    (path / FAILURE_FILE).unlink(missing_ok=True)  # an earlier launch's end, resumed from
     if cfg.graph is not None and (cfg.decentralized or cfg.hub_based):
         atomic_write_text(path / GRAPH_COPY, Path(cfg.graph).read_text(encoding="utf-8"))
 

@@ -92,7 +92,7 @@ from fedsheaf.errors import ConfigError
 from fedsheaf.results import RunDir
 from fedsheaf.runtime.launch import checkpointer, load_latest, open_run_dir, settle_config
 from fedsheaf.runtime.star import NO_CLIENT, Star
-from fedsheaf.runtime.world import World
+from fedsheaf.runtime.world import World, note_run_dir
 from fedsheaf.units import count, human_bytes
 
 #: Byte-counter kind of the runtime's own exchanges (placement).
@@ -443,6 +443,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         clock.resumed(restore(world, run_path, rounds))
     if run_dir is not None:
         settle_config(run_dir, cfg)
+    note_run_dir(run_path)
 
     def state() -> dict[str, Any]:
         out = rounds.state_dict()

@@ -17,6 +17,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
@@ -24,22 +25,38 @@ from mpi4py import MPI
 
 from fedsheaf.errors import FedsheafError
 from fedsheaf.hostinfo import threads_per_rank, unusable_gpus, usable_cpu_ids
+from fedsheaf.results import write_failure
 
 T = TypeVar("T")
 USER_ERROR_EXIT = 2
+
+
+#: The run directory of this job once it is the run's (:func:`note_run_dir`).
+_RUN_DIR: Path | None = None
+
+
+def note_run_dir(path: Path) -> None:
+    """From now on an error that ends the job is also written to ``path`` (failed.json),
+    so that ``fedsheaf watch`` and ``report`` can tell a dead run from a running one."""
+    global _RUN_DIR
+    _RUN_DIR = Path(path)
 
 
 def _abort_hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
     rank = MPI.COMM_WORLD.Get_rank()
     size = MPI.COMM_WORLD.Get_size()
     if isinstance(exc, FedsheafError):
+        error = str(exc)
         sys.stderr.write(f"fedsheaf: error on rank {rank}: {exc}\n")
         code = USER_ERROR_EXIT
     else:
+        error = f"{exc_type.__name__}: {exc}"
         text = "".join(traceback.format_exception(exc_type, exc, tb))
-        sys.stderr.write(f"fedsheaf: rank {rank} failed with {exc_type.__name__}: {exc}\n{text}")
+        sys.stderr.write(f"fedsheaf: rank {rank} failed with {error}\n{text}")
         code = 1
     sys.stderr.flush()
+    if _RUN_DIR is not None:
+        write_failure(_RUN_DIR, rank, error)
     if size > 1:
         MPI.COMM_WORLD.Abort(code)
     sys.exit(code)

@@ -15,6 +15,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -92,6 +94,18 @@ def test_lost_rank_and_diverged_agent_stop_the_job(tmp_path):
     assert _assert_intact(run, 2) == epoch
     assert json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"] == epoch
     assert not (run / "summary.json").exists()
+    # the run says how it ended, for watch and report (a killed job could not)
+    failure = json.loads((run / "failed.json").read_text())
+    assert failure["rank"] == 1
+    assert failure["error"].startswith(f"agent 1: loss became nan in epoch {epoch + 1}, step")
+    watched = subprocess.run(
+        [sys.executable, "-m", "fedsheaf", "watch", "--once", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert watched.returncode == 1
+    assert watched.stdout.splitlines()[-1] == f"failed on rank 1: {failure['error']}"
 
 
 @pytest.mark.parametrize("placement", ["balanced", "dynamic"])

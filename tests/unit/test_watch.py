@@ -322,3 +322,29 @@ def test_the_header_counts_in_the_singular_too():
     assert header(one, Path("r")) == "x · sheaf_frl · seed 0 · 1 agent · 1 epoch · r"
     fed = {"name": "y", "algorithm": "fedrep", "seed": 1, "federated": {"clients": 1, "rounds": 2}}
     assert header(fed, Path("r")) == "y · fedrep · seed 1 · 1 client · 2 rounds · r"
+
+
+def test_a_run_whose_job_ended_on_an_error_is_failed_not_running(tmp_path):
+    from fedsheaf.report_runs import load_run, run_row
+    from fedsheaf.results import FAILURE_FILE, write_failure
+
+    path = make_decentralized(tmp_path, "run", epochs=4, finished=False)
+    assert run_row(load_run(path))["status"] == "running"
+    write_failure(path, 1, "agent 1: loss became nan in epoch 3, step 2")
+    assert run_row(load_run(path))["status"] == "failed"
+    for once in (True, False):  # following, it stops at once too: nothing more will come
+        out = io.StringIO()
+        assert watch(path, once=once, interval=0.01, out=out) == 1
+        lines = out.getvalue().splitlines()
+        assert lines[-1] == "failed on rank 1: agent 1: loss became nan in epoch 3, step 2"
+        assert lines[-2].startswith("epoch 4/4")
+    # a run resumed (once every rank has read its checkpoint) or started over forgets it
+    from fedsheaf.config import load_run_config
+    from fedsheaf.runtime.launch import settle_config
+
+    settle_config(RunDir(path, extend=True), load_run_config(path / "config.yaml"))
+    assert not (path / FAILURE_FILE).exists() and run_row(load_run(path))["status"] == "running"
+    write_failure(path, 0, "again")
+    RunDir(path, overwrite=True)
+    assert not (path / FAILURE_FILE).exists()
+    write_failure(tmp_path / "gone" / "x", 0, "no such directory: nothing written, nothing raised")
