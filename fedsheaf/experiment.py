@@ -21,6 +21,7 @@ from fedsheaf.graphs import Graph, load_graph, validate_for_world
 from fedsheaf.hostinfo import singleton_hint
 from fedsheaf.models.encoders import AgentModel, build_agent_model
 from fedsheaf.seeding import derive_seed
+from fedsheaf.units import count
 
 
 def build_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:
@@ -76,6 +77,23 @@ def steps_per_epoch(cfg: ExperimentConfig, part: Partition) -> int:
     if cfg.train.steps_per_epoch is not None:
         return cfg.train.steps_per_epoch
     return max(math.ceil(len(a.train) / cfg.train.batch_size) for a in part.agents)
+
+
+def batch_warning(cfg: ExperimentConfig, part: Partition) -> str | None:
+    """A warning when ``train.batch_size`` exceeds an agent's training shard: its batches
+    then hold samples more than once (shards wrap around to fill a batch)."""
+    small = {
+        i: len(a.train) for i, a in enumerate(part.agents) if len(a.train) < cfg.train.batch_size
+    }
+    if not small:
+        return None
+    shown = ", ".join(f"agent {i}: {n}" for i, n in list(small.items())[:4])
+    more = f" and {len(small) - 4} more" if len(small) > 4 else ""
+    return (
+        f"fedsheaf: warning: train.batch_size={cfg.train.batch_size} exceeds the training "
+        f"samples of {count(len(small), 'agent')} ({shown}{more}): their batches repeat "
+        "samples"
+    )
 
 
 def agent_data(ds: Dataset, part: Partition, agent: int, device: torch.device) -> AgentData:

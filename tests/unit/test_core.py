@@ -143,6 +143,15 @@ def test_every_rank_derives_the_same_partition_and_its_own_shard():
     assert all(torch.equal(d.x_pilot, data[0].x_pilot) for d in data)
     steps = experiment.steps_per_epoch(cfg, part)
     assert steps == max(math.ceil(len(d.y_train) / cfg.train.batch_size) for d in data)
+    assert experiment.batch_warning(cfg, part) is None
+    sizes = [len(d.y_train) for d in data]
+    cfg.train.batch_size = sorted(sizes)[1] + 1  # more than the two smallest shards hold
+    small = sorted(range(4), key=lambda i: sizes[i])[:2]
+    assert experiment.batch_warning(cfg, part) == (
+        f"fedsheaf: warning: train.batch_size={cfg.train.batch_size} exceeds the training "
+        f"samples of 2 agents (agent {min(small)}: {sizes[min(small)]}, agent {max(small)}: "
+        f"{sizes[max(small)]}): their batches repeat samples"
+    )
     m0 = experiment.agent_model(cfg, ds, 0, torch.device("cpu"))
     m0b = experiment.agent_model(cfg, ds, 0, torch.device("cpu"))
     m1 = experiment.agent_model(cfg, ds, 1, torch.device("cpu"))
