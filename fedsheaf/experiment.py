@@ -44,6 +44,25 @@ def build_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:
     return graph
 
 
+def graph_class_warning(cfg: ExperimentConfig, graph: Graph) -> str | None:
+    """A warning when the graph file's per-node classes (metadata, from which class-overlap
+    graphs draw their edges) are not the agents' classes: a graph built for other agents."""
+    if graph.classes is None:
+        return None
+    differ = [
+        i for i, a in enumerate(cfg.agents) if tuple(sorted(set(a.classes))) != graph.classes[i]
+    ]
+    if not differ:
+        return None
+    i = differ[0]
+    more = f" (and {count(len(differ) - 1, 'other node')})" if len(differ) > 1 else ""
+    return (
+        f"fedsheaf: warning: graph {cfg.graph} gives node {i} classes {list(graph.classes[i])} "
+        f"but agents[{i}].classes is {sorted(set(cfg.agents[i].classes))}{more}: the graph "
+        "was built for other class sets, and its edges may not follow the agents' data"
+    )
+
+
 def fetch_data(cfg: ExperimentConfig) -> None:
     """Fetch the data set's missing files (torchvision fetches every split at once). With
     ``data.download``, one rank calls this before the others read the data root, so

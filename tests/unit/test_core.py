@@ -132,6 +132,18 @@ def test_builders_check_graph_against_config():
         experiment.build_graph(cfg, 4)
 
 
+def test_a_graph_built_for_other_class_sets_is_a_warning():
+    cfg = load_config("configs/quickstart.yaml")
+    graph = experiment.build_graph(cfg, 4)
+    assert graph.classes is not None and experiment.graph_class_warning(cfg, graph) is None
+    cfg.agents[1].classes, cfg.agents[3].classes = [7, 8], [0, 9]
+    assert experiment.graph_class_warning(cfg, graph) == (
+        f"fedsheaf: warning: graph {cfg.graph} gives node 1 classes {list(graph.classes[1])} "
+        "but agents[1].classes is [7, 8] (and 1 other node): the graph was built for other "
+        "class sets, and its edges may not follow the agents' data"
+    )
+
+
 def test_every_rank_derives_the_same_partition_and_its_own_shard():
     cfg = load_config("configs/quickstart.yaml")
     ds, part = experiment.load_and_partition(cfg)
