@@ -536,6 +536,10 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ex
     ``RUN_DIR`` (wherever it now lives) with ``checkpoint.resume`` on.
     """
     path = Path(run_dir)
+    if not path.exists():
+        raise ConfigError(f"cannot resume {path}: no such directory")
+    if not path.is_dir():
+        raise ConfigError(f"cannot resume {path}: a file, not a run directory")
     if not (path / "config.yaml").is_file():
         raise ConfigError(
             f"cannot resume {path}: no config.yaml there (not a fedsheaf run directory)"

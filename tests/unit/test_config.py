@@ -177,6 +177,11 @@ def test_resume_config_points_at_the_run_directory(tmp_path):
 def test_resume_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="no config.yaml there"):
         resume_config(tmp_path)
+    with pytest.raises(ConfigError, match=r"^cannot resume \S+/gone: no such directory$"):
+        resume_config(tmp_path / "gone")
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ConfigError, match=r"^cannot resume \S+/f: a file, not a run directory$"):
+        resume_config(tmp_path / "f")
     (tmp_path / "config.yaml").write_text("name: x\noutput: 3\n")
     with pytest.raises(ConfigError, match="'output' must be a section"):
         resume_config(tmp_path)
