@@ -388,7 +388,10 @@ class Rounds:
         """Server: complete ``record`` (``down``: the round's protocol bytes down) and write it."""
         by_kind = self.star.take_bytes()
         record.update(
-            loss=float(np.nanmean(info[:, 2])) if info.shape[0] else float("nan"),
+            # in client-id order: the rows arrive in the order the workers trained them
+            loss=float(np.nanmean(info[np.argsort(info[:, 0], kind="stable"), 2]))
+            if info.shape[0]
+            else float("nan"),
             seconds=time.perf_counter() - start,
             train_seconds=trained,
             bytes_up=sum(by_kind.get(k, 0) for k in PROTOCOL_UP),
