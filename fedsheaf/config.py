@@ -378,8 +378,8 @@ class ExperimentConfig:
                 unused["sheaf.prototype_members"] = "pilot_strategy prototype or kmeans only"
         if self.train.optimizer == "adam":
             unused["train.momentum"] = "Adam has no momentum term; sgd and nesterov read it"
-        mine = _flat(self.to_dict())
-        base = _flat(ExperimentConfig(name=self.name, algorithm=self.algorithm).to_dict())
+        mine = flat_keys(self.to_dict())
+        base = flat_keys(ExperimentConfig(name=self.name, algorithm=self.algorithm).to_dict())
         changed = {k for k in mine.keys() | base.keys() if mine.get(k) != base.get(k)}
         found: dict[str, list[str]] = {}
         for key, why in unused.items():
@@ -472,7 +472,7 @@ def override_leaves(text: str) -> list[str]:
     path, value = parse_override(text)
     key = _key_text(expand_shorthand(path, text))
     if isinstance(value, dict | list):
-        return [k for k in _flat(value, key) if not k.endswith(".count")]
+        return [k for k in flat_keys(value, key) if not k.endswith(".count")]
     return [key]
 
 
@@ -579,17 +579,17 @@ RESUMABLE_KEYS = (
 )
 
 
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+def flat_keys(tree: Any, prefix: str = "") -> dict[str, Any]:
     """Dotted leaves of a config tree (``agents[1].lr``; other lists are leaves)."""
     if isinstance(tree, dict):
         out: dict[str, Any] = {}
         for key, value in tree.items():
-            out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+            out.update(flat_keys(value, f"{prefix}.{key}" if prefix else str(key)))
         return out
     if isinstance(tree, list) and tree and all(isinstance(v, dict) for v in tree):
         out = {f"{prefix}.count": len(tree)}
         for i, value in enumerate(tree):
-            out.update(_flat(value, f"{prefix}[{i}]"))
+            out.update(flat_keys(value, f"{prefix}[{i}]"))
         return out
     return {prefix: tree}
 
@@ -610,7 +610,7 @@ def resume_changes(
     copy, a graph that differs from it is refused even under the same path (the file
     was edited, or a relative path now names another file).
     """
-    old, new = _flat(saved.to_dict()), _flat(cfg.to_dict())
+    old, new = flat_keys(saved.to_dict()), flat_keys(cfg.to_dict())
     copy = graph_copy if graph_copy is not None and graph_copy.is_file() else None
     changes = []
     for key in sorted(old.keys() | new.keys()):

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedsheaf.config import read_yaml
+from fedsheaf.config import flat_keys, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.report_runs import readable
 from fedsheaf.results import atomic_write_text, outermost_runs, read_json_object, save_figure
@@ -153,7 +153,7 @@ def collect(paths: list[str | Path]) -> list[RunRecord]:
                 tuple((k, _get(cfg, k)) for k in keys),
                 int(cfg.get("seed", 0)),
                 summary,
-                _flat(cfg),
+                flat_keys(cfg),
             )
         )
     if not records:
@@ -202,21 +202,6 @@ SEED_INDEPENDENT = (
     "data.download",
     "sheaf.overlap_exchange",
 )
-
-
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted leaves of a config tree (lists of sections entry by entry: ``agents[1].lr``)."""
-    if isinstance(tree, dict):
-        out: dict[str, Any] = {}
-        for key, value in tree.items():
-            out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    if isinstance(tree, list) and tree and all(isinstance(v, dict) for v in tree):
-        out = {f"{prefix}.count": len(tree)}
-        for i, value in enumerate(tree):
-            out.update(_flat(value, f"{prefix}[{i}]"))
-        return out
-    return {prefix: tree}
 
 
 def warn_mixed_experiments(records: list[RunRecord]) -> None:

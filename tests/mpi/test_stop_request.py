@@ -47,6 +47,14 @@ def _run_and_stop(
     return done
 
 
+def _refused(proc) -> str:
+    """The one ``fedsheaf: error`` line of a refused launch (exit 2), after its rank."""
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    said = [ln for ln in proc.stderr.splitlines() if ln.startswith("fedsheaf: error")]
+    assert len(said) == 1, proc.stderr
+    return said[0].split(": ", 2)[2]
+
+
 def _stop_one_rank(job: BackgroundMpi, tag: str, run: Path, after: int) -> int:
     """Signal one rank once ``after`` records are written; the epoch the job stopped at."""
     deadline = time.monotonic() + 180
@@ -103,14 +111,11 @@ def test_a_server_based_run_stops_after_a_round(tmp_path, fmnist_root):
     # ending one round later would score round `done`, trained without an evaluation
     kept = (run / "metrics.jsonl").read_bytes()
     resume = ["-m", "fedsheaf", "run", "--resume", str(run)]
-    short = run_mpi(3, [*resume, f"federated.rounds={done + 1}"])
-    assert short.returncode == 2, short.stdout + short.stderr
-    said = [ln for ln in short.stderr.splitlines() if ln.startswith("fedsheaf: error")]
-    assert len(said) == 1 and said[0].endswith(
-        f": cannot end {run} after round {done + 1}: its score covers its "
+    assert _refused(run_mpi(3, [*resume, f"federated.rounds={done + 1}"])) == (
+        f"cannot end {run} after round {done + 1}: its score covers its "
         f"last 2 rounds, and round {done} among them was trained without an evaluation (the "
         f"run was longer then); resume with federated.rounds >= {done + 2}"
-    ), short.stderr
+    )
     assert (run / "metrics.jsonl").read_bytes() == kept
     resumed = run_mpi(3, [*resume, f"federated.rounds={done + 2}"])
     assert resumed.returncode == 0, resumed.stderr
@@ -134,13 +139,11 @@ def test_a_hub_run_stops_with_its_server(tmp_path):
     # ended where it stopped, it would report no accuracy: refused, the server not left waiting
     kept = (run / "metrics.jsonl").read_bytes()
     ended = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), f"train.epochs={done}"])
-    assert ended.returncode == 2, ended.stdout + ended.stderr
-    said = [ln for ln in ended.stderr.splitlines() if ln.startswith("fedsheaf: error")]
-    assert len(said) == 1 and said[0].endswith(
-        f": cannot end {run} at epoch {done}: its checkpoint there was taken "
+    assert _refused(ended) == (
+        f"cannot end {run} at epoch {done}: its checkpoint there was taken "
         f"without an evaluation (epoch {done} was not its last), so its summary would hold "
         f"none; resume with train.epochs greater than {done}"
-    ), ended.stderr
+    )
     assert (run / "metrics.jsonl").read_bytes() == kept
     longer = f"train.epochs={done + 1}"
     resumed = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), longer])
