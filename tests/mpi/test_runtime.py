@@ -39,24 +39,14 @@ def test_exception_on_one_rank_aborts_the_job(mpirun, kind, code, text):
 def test_every_rank_takes_the_smallest_thread_count_of_the_job():
     """Ranks that would take different thread counts (here: FEDSHEAF_THREADS differing per
     rank, as different CPU shares would) all take the smallest, so that a client trained
-    on any worker rounds the same way; a bad value on one rank is one clear error."""
+    on any worker rounds the same way (a bad value: tests/mpi/test_hardening.py)."""
     from tests.conftest import MPIEXEC, REPO, mpi_env
 
-    def launch(*values: str) -> subprocess.CompletedProcess[str]:
-        cmd = [str(MPIEXEC), "--oversubscribe"]
-        for i, value in enumerate(values):
-            cmd += [":"] * (i > 0) + ["-n", "1", "env", f"FEDSHEAF_THREADS={value}"]
-            cmd += [sys.executable, "tests/mpi/programs/threads.py"]
-        env = mpi_env()
-        return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-
-    proc = launch("3", "2", "4")
+    cmd = [str(MPIEXEC), "--oversubscribe"]
+    for i, value in enumerate(("3", "2", "4")):  # one app context per rank (MPMD)
+        cmd += [":"] * (i > 0) + ["-n", "1", "env", f"FEDSHEAF_THREADS={value}"]
+        cmd += [sys.executable, "tests/mpi/programs/threads.py"]
+    proc = subprocess.run(cmd, cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = sorted(ln for ln in proc.stdout.splitlines() if ln.startswith("rank "))
     assert lines == [f"rank {r}: 2 torch threads, world says 2" for r in range(3)], proc.stdout
-    proc = launch("2", "two")
-    assert proc.returncode == 2, proc.stderr
-    said = [ln for ln in proc.stderr.splitlines() if ln.startswith("fedsheaf:")]
-    assert said == [
-        "fedsheaf: error (rank 1): FEDSHEAF_THREADS must be a positive integer, got 'two'"
-    ], proc.stderr
