@@ -691,4 +691,4 @@ def check_resume(run_dir: Path, cfg: ExperimentConfig) -> ExperimentConfig:
 
 def dump_config(cfg: ExperimentConfig) -> str:
     """The resolved config as YAML text (what goes into the run directory)."""
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    return yamlio.dump(cfg.to_dict(), sort_keys=False)

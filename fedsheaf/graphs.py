@@ -350,7 +350,7 @@ def save_graph(graph: Graph, path: str | os.PathLike[str], comment: str | None =
     """
     _require_connected(graph, f"graph {graph.name!r}")
     lines = [f"# {c}".rstrip() for c in comment.splitlines()] if comment else []
-    lines.append(yaml.safe_dump({"name": graph.name}, width=1_000_000).rstrip("\n"))
+    lines.append(yamlio.dump({"name": graph.name}, width=1_000_000).rstrip("\n"))
     lines.append("nodes:")
     for i, d in enumerate(graph.dims):
         node = f"id: {i}, dim: {d}"

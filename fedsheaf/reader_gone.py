@@ -2,7 +2,7 @@
 
 A run's progress lines are a courtesy; its results go to its run directory. When the
 reader of standard output goes away (``fedsheaf run ... | head``, a ``tee`` that was
-killed, a closed terminal), the next write raises :class:`BrokenPipeError`, which on
+killed), the next write raises :class:`BrokenPipeError`, which on
 one rank of a job would abort a run of hours. :func:`install` wraps ``sys.stdout`` so
 that the first such write says so once on standard error and sends the rest of the
 output to the null device instead.
@@ -60,6 +60,6 @@ class ReaderGoneGuard:
 
 
 def install() -> None:
-    """Guard ``sys.stdout`` (idempotent)."""
-    if not isinstance(sys.stdout, ReaderGoneGuard):
+    """Guard ``sys.stdout`` (idempotent; nothing to guard when it is closed, ``>&-``)."""
+    if sys.stdout is not None and not isinstance(sys.stdout, ReaderGoneGuard):
         sys.stdout = ReaderGoneGuard(sys.stdout)  # type: ignore[assignment]

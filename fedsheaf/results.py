@@ -177,7 +177,10 @@ FAILURE_FILE = "failed.json"
 
 
 def write_failure(path: Path, rank: int, error: str) -> None:
-    """Best effort, never raising: say in run directory ``path`` why its job ended."""
+    """Best effort, never raising: say in run directory ``path`` why its job ended (only
+    where this rank sees that directory: nothing is created)."""
+    if not path.is_dir():
+        return
     try:
         stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         atomic_write_json(path / FAILURE_FILE, {"rank": rank, "error": error, "time": stamp})

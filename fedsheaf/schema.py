@@ -19,6 +19,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from fedsheaf import yamlio
 from fedsheaf.errors import ConfigError
 
 T = TypeVar("T")
@@ -92,12 +93,17 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif tp is float:
-        # YAML 1.1 reads "5e-4" as a string; NaN, infinities and overflows are errors
+        # a quoted plain number ("5e-4") counts, as YAML would read it unquoted (not "1_0",
+        # which Python's float() takes); NaN, infinities and overflows are errors
         if isinstance(value, int | float | str) and not isinstance(value, bool):
-            try:
-                number = float(value)
-            except (ValueError, OverflowError):
-                number = None
+            number = None
+            text = value.strip() if isinstance(value, str) else ""
+            special = text.lower().lstrip("+-") in ("inf", "infinity", "nan")  # finite: below
+            if not isinstance(value, str) or yamlio.is_float_text(text) or special:
+                try:
+                    number = float(value)
+                except (ValueError, OverflowError):
+                    number = None
             if number is not None and math.isfinite(number):
                 return number
             if number is not None or not isinstance(value, str):

@@ -41,6 +41,7 @@ from typing import Any
 
 import yaml
 
+from fedsheaf import yamlio
 from fedsheaf.config import HUB_BASED, load_config, override_key, override_leaves, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.hostinfo import failed_to_start, launcher_template, launcher_words, local_launcher
@@ -99,10 +100,18 @@ def _yaml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return _fmt(value)
-    if isinstance(value, str):
+    if isinstance(value, str) and _reads_back(value):
         return value
-    text = yaml.safe_dump(value, default_flow_style=True, width=10**6).strip()
+    text = yamlio.dump(value, default_flow_style=True, width=10**6).strip()
     return text.removesuffix("...").strip()
+
+
+def _reads_back(text: str) -> bool:
+    """Whether ``text`` written as is reads back as the same string (not ``1e3``, ``08``)."""
+    try:
+        return yamlio.load(text) == text
+    except (yaml.YAMLError, RecursionError, *yamlio.BAD_VALUE):
+        return False
 
 
 def _as_overrides(raw: Any, where: str) -> list[str]:
@@ -160,7 +169,7 @@ def _preset_config(preset: str, value: Any, base: Path, out: Path) -> Path:
     atomic_write_text(
         out / cfg_path,
         f"# {base} with the Table 3 agents at d={d} (written by fedsheaf sweep)\n"
-        + yaml.safe_dump(raw, sort_keys=False),
+        + yamlio.dump(raw, sort_keys=False),
     )
     return cfg_path
 

@@ -2,7 +2,8 @@
 
 Prints a one-line header from ``config.yaml``, then one line per epoch (decentralized)
 or round (server-based) as rank 0 appends them, and a closing line once
-``summary.json`` appears. Only complete lines are read: a line still being written
+``summary.json`` appears (or ``failed.json``, left by a rank whose error ended the job:
+exit status 1). Only complete lines are read: a line still being written
 (a torn tail) is picked up on the next poll.
 """
 
@@ -229,7 +230,9 @@ def watch(
     tail, seen, warned = MetricsTail(run_dir / "metrics.jsonl"), 0, False
     config_stamp = _version(run_dir / "config.yaml")
     while True:
-        done = (run_dir / "summary.json").is_file()  # checked first: no record comes after it
+        # checked first: no record comes after either
+        done = (run_dir / "summary.json").is_file()
+        failure = None if done else read_failure(run_dir)
         records = tail.poll()
         if tail.restarted:
             print(
@@ -254,7 +257,6 @@ def watch(
             summary = read_json_object(run_dir / "summary.json")
             print(finished_line(summary), file=out, flush=True)
             return 0
-        failure = read_failure(run_dir)
         if failure is not None:  # the job ended on an error: nothing more will come
             where = f" on rank {failure['rank']}" if "rank" in failure else ""
             print(f"failed{where}: {failure.get('error')}", file=out, flush=True)
@@ -278,7 +280,8 @@ def watch(
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Follow a running job: a header from RUN_DIR/config.yaml, then each epoch/round "
-        "line of RUN_DIR/metrics.jsonl as it appears; stops when summary.json appears."
+        "line of RUN_DIR/metrics.jsonl as it appears; stops when summary.json appears "
+        "(exit 0) or when failed.json says the job ended on an error (exit 1)."
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's output directory")
     parser.add_argument(

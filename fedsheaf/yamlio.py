@@ -11,10 +11,11 @@ Three things plain ``yaml.safe_load`` does that a config must not:
   ``epochs: 1:00`` base-60 60, ``0x10`` 16, ``1_000`` 1000, ``on``/``yes`` true.
 
 :func:`load` refuses the first (a :class:`yaml.YAMLError` naming the key and its
-line), copies the second apart, and reads plain numbers and booleans as YAML 1.2's
-core schema (and JSON) do: decimal integers (leading zeros kept decimal), decimal
-floats (``1e-3`` included, ``.inf``, ``.nan``) and ``true``/``false``. Anything else is
-a string, which the schema then refuses where it wants a number or a boolean.
+line), copies the second apart, and reads plain numbers and booleans as the decimal
+part of YAML 1.2's core schema (and JSON) does: decimal integers (leading zeros kept
+decimal), decimal floats (``1e-3`` included, ``.inf``, ``.nan``) and ``true``/``false``.
+Anything else (``0x10`` and ``0o17`` too) is a string, which the schema then refuses
+where it wants a number or a boolean. :func:`dump` writes what :func:`load` reads back.
 """
 
 from __future__ import annotations
@@ -39,16 +40,38 @@ _Loader.add_implicit_resolver(
     _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
 # integers before floats: a plain "10" is an integer
-_Loader.add_implicit_resolver(_INT, re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
-_Loader.add_implicit_resolver(
-    _FLOAT,
-    re.compile(
-        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+_RESOLVED = (
+    (_INT, re.compile(r"^[-+]?[0-9]+$")),
+    (
+        _FLOAT,
+        re.compile(
+            r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
     ),
-    list("-+0123456789."),
 )
+for _tag, _rx in _RESOLVED:
+    _Loader.add_implicit_resolver(_tag, _rx, list("-+0123456789."))
 _Loader.add_constructor(_INT, lambda loader, node: int(loader.construct_scalar(node), 10))
+
+
+class _Dumper(yaml.SafeDumper):
+    """:class:`yaml.SafeDumper` that quotes exactly the strings :func:`load` would read as
+    something else (``"1e3"``, ``"08"``), and no others."""
+
+
+_Dumper.yaml_implicit_resolvers = {k: list(v) for k, v in _Loader.yaml_implicit_resolvers.items()}
+
+
+def dump(data: Any, **options: Any) -> str:
+    """``yaml.safe_dump(data, **options)`` whose text :func:`load` reads back as ``data``."""
+    return yaml.dump(data, Dumper=_Dumper, **options)
+
+
+def is_float_text(text: str) -> bool:
+    """Whether ``text`` is a plain number :func:`load` reads as a float or an integer."""
+    return any(rx.match(text) for tag, rx in _RESOLVED if tag in (_INT, _FLOAT))
+
 
 #: What PyYAML's scalar constructors raise directly for a value they cannot build
 #: (``2020-13-01`` as a date, ``!!float abc``), besides :class:`yaml.YAMLError`.

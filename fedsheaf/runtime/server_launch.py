@@ -173,9 +173,10 @@ class Rounds:
                 )
 
     def _check_scored_rounds(self, history: list[dict[str, Any]]) -> None:
-        """Refuse a length whose score window (the last ``eval_last`` rounds, always
-        evaluated) reaches back to checkpointed rounds that were not evaluated: a run
-        shortened on resume, to near where it stopped, would score fewer rounds than it says."""
+        """Refuse a length whose last ``eval_last`` rounds (always evaluated: the score window,
+        and the last evaluation that head-only FedAvg reports) reach back to checkpointed
+        rounds that were not evaluated: a run shortened on resume, to near where it stopped,
+        would report fewer or older evaluations than it says."""
         fc = self.fc
         window = range(max(1, fc.rounds - fc.eval_last + 1), fc.rounds + 1)
         missing = checkpoint.unevaluated(history, window, "round", self.task.eval_key)
@@ -188,10 +189,10 @@ class Rounds:
                 else f"rounds {', '.join(map(str, missing))} among them were"
             )
             raise checkpoint.CheckpointError(
-                f"cannot end {where} after round {fc.rounds}: its score covers its last "
-                f"{count(fc.eval_last, 'round')}, and {which} trained without an evaluation "
-                f"(the run was longer then); resume with federated.rounds >= "
-                f"{done + fc.eval_last}"
+                f"cannot end {where} after round {fc.rounds}: a run of that length evaluates "
+                f"its last {count(fc.eval_last, 'round')} (federated.eval_last), and {which} "
+                "trained without an evaluation (the run was longer then); resume with "
+                f"federated.rounds >= {done + fc.eval_last}"
             )
 
     def _resume(self, w: np.ndarray) -> np.ndarray:

@@ -112,9 +112,10 @@ def test_a_server_based_run_stops_after_a_round(tmp_path, fmnist_root):
     kept = (run / "metrics.jsonl").read_bytes()
     resume = ["-m", "fedsheaf", "run", "--resume", str(run)]
     assert _refused(run_mpi(3, [*resume, f"federated.rounds={done + 1}"])) == (
-        f"cannot end {run} after round {done + 1}: its score covers its "
-        f"last 2 rounds, and round {done} among them was trained without an evaluation (the "
-        f"run was longer then); resume with federated.rounds >= {done + 2}"
+        f"cannot end {run} after round {done + 1}: a run of that length evaluates its "
+        f"last 2 rounds (federated.eval_last), and round {done} among them was trained "
+        f"without an evaluation (the run was longer then); resume with federated.rounds >= "
+        f"{done + 2}"
     )
     assert (run / "metrics.jsonl").read_bytes() == kept
     resumed = run_mpi(3, [*resume, f"federated.rounds={done + 2}"])

@@ -347,4 +347,5 @@ def test_a_run_whose_job_ended_on_an_error_is_failed_not_running(tmp_path):
     write_failure(path, 0, "again")
     RunDir(path, overwrite=True)
     assert not (path / FAILURE_FILE).exists()
-    write_failure(tmp_path / "gone" / "x", 0, "no such directory: nothing written, nothing raised")
+    write_failure(tmp_path / "gone" / "x", 0, "a directory this rank does not see")
+    assert not (tmp_path / "gone").exists()  # nothing created, nothing raised

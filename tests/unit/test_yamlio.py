@@ -125,15 +125,29 @@ def test_a_graph_path_that_is_not_a_regular_file_is_refused_not_read(tmp_path):
     ],
 )
 def test_plain_numbers_and_booleans_are_read_as_typed(text, value):
-    assert yamlio.load(f"v: {text}\n") == {"v": value}
-    assert parse_override(f"train.x={text}")[1] == value
+    for got in (yamlio.load(f"v: {text}\n")["v"], parse_override(f"train.x={text}")[1]):
+        assert got == value and type(got) is type(value)  # 10, not 10.0; True, not 1
+    # and written back so that they read back the same (strings quoted where needed)
+    doc = {"v": value, "s": text}
+    assert yamlio.load(yamlio.dump(doc)) == doc
+
+
+def test_strings_that_look_like_numbers_survive_a_run_directory(tmp_path):
+    """config.yaml is written by dump_config and read again on resume."""
+    from fedsheaf.config import dump_config, load_run_config
+
+    cfg = load_config(REPO / "configs/quickstart.yaml", ["name='1e3'", "output.name='08'"])
+    assert (cfg.name, cfg.output.name) == ("1e3", "08")
+    (tmp_path / "config.yaml").write_text(dump_config(cfg))
+    again = load_run_config(tmp_path / "config.yaml")
+    assert (again.name, again.output.name) == ("1e3", "08") and again == cfg
 
 
 def test_a_number_yaml_1_1_would_rewrite_is_refused_by_the_schema():
     for override, words in (
         ("train.epochs=1:00", "config key 'train.epochs' must be an integer, got '1:00'"),
         ("seed=0x10", "config key 'seed' must be an integer, got '0x10'"),
-        ("train.download=yes", "unknown config key 'train.download'"),
+        ("train.lr=1_0", "config key 'train.lr' must be a number, got '1_0'"),
         ("data.download=yes", "config key 'data.download' must be true/false, got 'yes'"),
     ):
         with pytest.raises(ConfigError) as err:
