@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedsheaf: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `fedsheaf sweep ... | head`: the reader has gone; say nothing
-        if args.command == "run":
+        if args.command == "run":  # stdout is guarded (reader_gone): another pipe broke
             raise  # on one rank of a job: the runtime's abort hook must end every rank
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail

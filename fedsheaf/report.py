@@ -212,7 +212,8 @@ def warn_mixed_experiments(records: list[RunRecord]) -> None:
     for r in records:
         groups.setdefault((r.method, r.setting, r.hyper), []).append(r)
     for (method, _, _), group in groups.items():
-        keys = sorted({k for r in group for k in r.config})
+        # keys every run's config.yaml has (one written before a key existed lacks it)
+        keys = sorted(set.intersection(*(set(r.config) for r in group)))
         differ = [
             k
             for k in keys

@@ -43,6 +43,7 @@ from fedsheaf.hostinfo import (
     failed_to_start,
     find_mpiexec,
     launcher_template,
+    launcher_words,
     local_launcher,
 )
 from fedsheaf.processes import stop_job
@@ -171,7 +172,7 @@ def _launcher(
         cmd, env = local_launcher(ranks, missing_ok=shown)
         cmd = [cmd[0], *flags, *cmd[1:]]
     else:
-        cmd, env = shlex.split(template), dict(os.environ)
+        cmd, env = launcher_words(template), dict(os.environ)
     return [c.replace("{n}", str(ranks)) for c in cmd], env
 
 
