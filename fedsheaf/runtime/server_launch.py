@@ -234,14 +234,21 @@ class Rounds:
             info = self._info(mine, [loss for _, loss in updates])
             counts = rows_per_rank(sel, star.n_workers, where) if server else None
             got_info = star.gather(info, "control", counts)
+            order = _client_order(got_info)  # the server's: rows arrive as workers trained
+            if server:
+                got_info = got_info[order]
             extra: dict[str, Any] = {}
             if self.size:
                 vecs = np.stack([v for v, _ in updates]) if updates else self._no_rows()
                 got = star.gather(vecs, "params", counts)
                 if self.replicates:  # the workers, while the server averages
                     self._share_states(where)
-                w_new = self._aggregate(got, got_info) if server else None
-                extra = self._server_round(t, w, got, got_info, w_new) if server else {}
+                if server:
+                    got = got[order]
+                    w_new = self._aggregate(got, got_info)
+                    extra = self.task.server_round(t, w, got, got_info, w_new)
+                else:
+                    w_new = None
                 w = star.bcast(w_new if server else np.empty_like(w), "params")
             elif self.replicates:
                 self._share_states(where)
@@ -273,6 +280,7 @@ class Rounds:
         record: dict[str, Any] = {"round": r + 1, "final": True}
         record.update(self._evaluate(w) or {})
         if self.star.is_server:
+            got_info = got_info[_client_order(got_info)]
             self._record(record, got_info, start, trained, self.fc.clients * w.nbytes)
 
     # ---- pieces -------------------------------------------------------------------
@@ -351,12 +359,6 @@ class Rounds:
         others = [i for i, c in enumerate(order) if where[c] != star.rank]
         runner.load_private_rows([order[i] for i in others], got[others])
 
-    def _server_round(
-        self, t: int, w: np.ndarray, vecs: np.ndarray, info: np.ndarray, w_new: np.ndarray
-    ) -> dict[str, Any]:
-        order = np.argsort(info[:, 0], kind="stable")
-        return self.task.server_round(t, w, vecs[order], info[order], w_new)
-
     def _no_rows(self) -> np.ndarray:
         return np.empty((0, self.size), dtype=np.float32)
 
@@ -368,9 +370,8 @@ class Rounds:
         return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
 
     def _aggregate(self, vecs: np.ndarray, info: np.ndarray) -> np.ndarray:
-        order = np.argsort(info[:, 0], kind="stable")
-        weights = info[order, 1] if self.fc.weighted else None
-        return average(vecs[order], weights)
+        """The new shared vector from rows in client-id order (float64, in that order)."""
+        return average(vecs, info[:, 1] if self.fc.weighted else None)
 
     def _evaluates(self, t: int) -> bool:
         fc = self.fc
@@ -386,13 +387,11 @@ class Rounds:
     def _record(
         self, record: dict[str, Any], info: np.ndarray, start: float, trained: float, down: int
     ) -> None:
-        """Server: complete ``record`` (``down``: the round's protocol bytes down) and write it."""
+        """Server: complete ``record`` from ``info`` (rows in client-id order; ``down``: the
+        round's protocol bytes down) and write it."""
         by_kind = self.star.take_bytes()
         record.update(
-            # in client-id order: the rows arrive in the order the workers trained them
-            loss=float(np.nanmean(info[np.argsort(info[:, 0], kind="stable"), 2]))
-            if info.shape[0]
-            else float("nan"),
+            loss=float(np.nanmean(info[:, 2])) if info.shape[0] else float("nan"),
             seconds=time.perf_counter() - start,
             train_seconds=trained,
             bytes_up=sum(by_kind.get(k, 0) for k in PROTOCOL_UP),
@@ -409,6 +408,12 @@ class Rounds:
             f"  down {human_bytes(record['bytes_down'], compact=True)}"
         )
         print(msg, flush=True)
+
+
+def _client_order(info: np.ndarray | None) -> np.ndarray | None:
+    """The server's order of gathered ``[client, ...]`` rows by client id (None elsewhere):
+    what it averages, records and hands the task does not depend on who trained whom."""
+    return None if info is None else np.argsort(info[:, 0], kind="stable")
 
 
 def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
