@@ -140,6 +140,12 @@ def _read_manifest(run_dir: str | Path) -> dict[str, Any] | None:
     return data
 
 
+def manifest_ranks(run_dir: str | Path) -> int | None:
+    """How many ranks wrote the checkpoints of ``run_dir`` (None: it holds none)."""
+    manifest = _read_manifest(run_dir)
+    return None if manifest is None else int(manifest["n_ranks"])
+
+
 def commit(run_dir: str | Path, epoch: int, n_ranks: int, keep: int = 2) -> Checkpoint:
     """Record ``epoch`` as complete (call once every rank has saved) and prune old ones.
 
@@ -299,4 +305,12 @@ def set_rng_state(model: torch.nn.Module, states: list[torch.Tensor]) -> None:
             f"checkpoint holds {len(states)} dropout generator states, the model has {len(gens)}"
         )
     for g, s in zip(gens, states, strict=True):
+        expected = g.get_state().numel()
+        if s.numel() != expected:  # a CPU generator's state is not a CUDA one's (16 bytes)
+            raise CheckpointError(
+                f"the checkpoint's dropout generator state ({s.numel()} bytes) does not fit "
+                f"this rank's {g.device.type} generator ({expected} bytes): it was written on "
+                "another device type; resume on the device type the run started on "
+                "(train.device)"
+            )
         g.set_state(s)

@@ -18,14 +18,18 @@ from fedsheaf.errors import FedsheafError
 def _run(args: argparse.Namespace) -> int:
     from fedsheaf.runtime.launch import main
 
-    config, overrides = args.config, list(args.overrides)
-    if args.resume is not None and config is not None and "=" in config:
-        config, overrides = None, [config, *overrides]  # argparse took an override for CONFIG
-    return main(config, overrides, args.resume)
+    return main(args.config, list(args.overrides), args.resume)
 
 
 # name, module, its configure(parser) and run(args) functions, help text
 SUBCOMMANDS = [
+    (
+        "check",
+        "fedsheaf.check_command",
+        "configure",
+        "run",
+        "check a run's config, graph, data and run directory for N ranks, without MPI",
+    ),
     ("graph", "fedsheaf.graph_command", "configure", "run", "build or inspect graph files"),
     ("keys", "fedsheaf.keys_command", "configure", "run", "list config keys and their meaning"),
     ("sweep", "fedsheaf.sweep", "configure", "run", "expand a study into runs; run or list them"),
@@ -152,24 +156,35 @@ def launched_rank() -> int:
     return 0
 
 
+#: The options with a value that ``fedsheaf run`` and ``fedsheaf check`` take among their
+#: positionals (CONFIG and the overrides).
+VALUED_OPTIONS = {"run": ("--resume",), "check": ("--resume", "-n", "--ranks")}
+
+
 def options_first(argv: list[str]) -> list[str]:
-    """``fedsheaf run``'s arguments with ``--resume RUN_DIR`` moved before the positionals.
+    """``fedsheaf run``'s (``check``'s) arguments with its options moved before the
+    positionals.
 
     argparse takes CONFIG and the overrides as one run of positionals, so overrides after
-    ``--resume`` (``run CONFIG --resume DIR key=value``) would be "unrecognized".
+    ``--resume RUN_DIR`` (``run CONFIG --resume DIR key=value``) would be "unrecognized".
     """
-    if "run" not in argv:
+    command = _command(argv)
+    if command not in VALUED_OPTIONS:
         return argv
-    head, rest = argv[: argv.index("run") + 1], argv[argv.index("run") + 1 :]
+    valued = VALUED_OPTIONS[command]
+    head, rest = argv[: argv.index(command) + 1], argv[argv.index(command) + 1 :]
     options, positionals = [], []
     i = 0
     while i < len(rest):
         arg = rest[i]
-        if arg == "--resume" and i + 1 < len(rest):
+        if arg in valued and i + 1 < len(rest):
             options += rest[i : i + 2]
             i += 2
             continue
-        (options if arg.startswith("--resume=") else positionals).append(arg)
+        glued = arg.startswith(tuple(f"{v}=" for v in valued if v.startswith("--"))) or any(
+            arg.startswith(v) and arg[len(v) :].isdigit() for v in valued if len(v) == 2
+        )  # --resume=DIR, -n4
+        (options if glued else positionals).append(arg)
         i += 1
     return head + options + positionals
 
@@ -183,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
 
         stop_request.install()
         reader_gone.install()  # `fedsheaf run ... | head` must not end the run
-    if command == "run" and "--" not in argv:
+    if command in VALUED_OPTIONS and "--" not in argv:
         argv = options_first(argv)
     parser = build_parser(command)
     if launched_rank() == 0:

@@ -190,7 +190,8 @@ def warn_repeated_seeds(records: list[RunRecord]) -> None:
 
 
 #: Config keys that may differ between the seeds of one setting: they change no number
-#: (where files go, checkpointing, evaluation cadence, device, exchange overlap).
+#: (where files go, checkpointing, evaluation cadence, exchange overlap), or, for the
+#: device, only as another device's arithmetic and random streams do.
 SEED_INDEPENDENT = (
     "seed",
     "name",

@@ -32,6 +32,7 @@ from fedsheaf.results import (
     read_failure,
     read_json_object,
     read_metrics,
+    read_stop,
     save_figure,
 )
 from fedsheaf.units import count, human_bytes
@@ -200,7 +201,11 @@ def run_row(run: RunInfo) -> dict[str, Any]:
         "status": (
             "finished"
             if run.summary is not None
-            else ("failed" if read_failure(run.path) is not None else "running")
+            else "failed"
+            if read_failure(run.path) is not None
+            else "stopped"
+            if read_stop(run.path) is not None
+            else "running"
         ),
         **run.final,
     }

@@ -171,9 +171,22 @@ def check_run_files(path: Path) -> None:
             )
 
 
+def refuse_finished(path: Path, overwrite: bool, extend: bool) -> None:
+    """Refuse to write into a finished run's directory unless told to replace or extend it."""
+    if (path / "summary.json").exists() and not (overwrite or extend):
+        raise ConfigError(
+            f"run directory {path} already holds a finished run; choose "
+            "another output.name or pass output.overwrite=true"
+        )
+
+
 #: What a rank writes into its run directory when an error ends the job
 #: (:mod:`fedsheaf.runtime.world`'s abort hook): ``{"rank", "error", "time"}``.
 FAILURE_FILE = "failed.json"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def write_failure(path: Path, rank: int, error: str) -> None:
@@ -182,8 +195,7 @@ def write_failure(path: Path, rank: int, error: str) -> None:
     if not path.is_dir():
         return
     try:
-        stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        atomic_write_json(path / FAILURE_FILE, {"rank": rank, "error": error, "time": stamp})
+        atomic_write_json(path / FAILURE_FILE, {"rank": rank, "error": error, "time": _now()})
     except Exception:  # the job is ending on another error already
         pass
 
@@ -198,6 +210,29 @@ def read_failure(path: Path) -> dict[str, Any] | None:
         return {"error": f"{FAILURE_FILE} cannot be read"}
 
 
+#: What rank 0 writes into its run directory when the run stops on request
+#: (:mod:`fedsheaf.runtime.stop_request`): ``{"signal", "epoch" or "round", "time"}``.
+STOP_FILE = "stopped.json"
+
+
+def write_stop(path: Path, signal_name: str, unit: str, done: int) -> None:
+    """Say in run directory ``path`` that its run stopped on ``signal_name`` after
+    ``unit`` ``done``, its checkpoint written (a resume removes it)."""
+    atomic_write_json(path / STOP_FILE, {"signal": signal_name, unit: done, "time": _now()})
+
+
+def read_stop(path: Path) -> str | None:
+    """What :func:`write_stop` left in ``path``, in words (None: nothing)."""
+    if not (path / STOP_FILE).is_file():
+        return None
+    try:
+        note = read_json_object(path / STOP_FILE)
+    except (ConfigError, OSError):
+        return f"stopped ({STOP_FILE} cannot be read)"
+    unit = "round" if "round" in note else "epoch"
+    return f"stopped on {note.get('signal')} after {unit} {note.get(unit)}"
+
+
 class RunDir:
     """The directory one run writes into (only rank 0 creates one)."""
 
@@ -206,11 +241,7 @@ class RunDir:
         :func:`fedsheaf.runtime.launch.settle_config` sets it aside)."""
         self.path = Path(path)
         check_run_files(self.path)
-        if (self.path / "summary.json").exists() and not (overwrite or extend):
-            raise ConfigError(
-                f"run directory {self.path} already holds a finished run; choose "
-                "another output.name or pass output.overwrite=true"
-            )
+        refuse_finished(self.path, overwrite, extend)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -218,8 +249,23 @@ class RunDir:
                 f"cannot create run directory {self.path}: {exc.strerror or exc}"
                 "; choose another output.dir"
             ) from None
+        probe = self.path / f".probe.{os.getpid()}.{uuid.uuid4().hex}"
+        try:  # a read-only directory (or file system) is a user error, found before training
+            probe.touch(exist_ok=False)
+            probe.unlink()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write into run directory {self.path}: {exc.strerror or exc}"
+                "; choose another output.dir"
+            ) from None
         if overwrite:
-            for name in ("metrics.jsonl", "summary.json", PREVIOUS_SUMMARY, FAILURE_FILE):
+            for name in (
+                "metrics.jsonl",
+                "summary.json",
+                PREVIOUS_SUMMARY,
+                FAILURE_FILE,
+                STOP_FILE,
+            ):
                 try:
                     (self.path / name).unlink(missing_ok=True)
                 except OSError as exc:

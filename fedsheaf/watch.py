@@ -3,7 +3,8 @@
 Prints a one-line header from ``config.yaml``, then one line per epoch (decentralized)
 or round (server-based) as rank 0 appends them, and a closing line once
 ``summary.json`` appears (or ``failed.json``, left by a rank whose error ended the job:
-exit status 1). Only complete lines are read: a line still being written
+exit status 1; or ``stopped.json``, left by a run stopped on request with its checkpoint:
+exit status 3). Only complete lines are read: a line still being written
 (a torn tail) is picked up on the next poll.
 """
 
@@ -19,8 +20,11 @@ from typing import Any, TextIO
 
 from fedsheaf.config import SERVER_BASED, read_yaml
 from fedsheaf.errors import ConfigError
-from fedsheaf.results import read_failure, read_json_object
+from fedsheaf.results import read_failure, read_json_object, read_stop
 from fedsheaf.units import count, human_bytes
+
+#: ``watch``'s exit status for a run stopped on request (SIGUSR1), to be resumed.
+STOPPED = 3
 
 
 class MetricsTail:
@@ -202,8 +206,8 @@ def watch(
     stall: float = 30.0,
 ) -> int:
     """Print progress of the run in ``run_dir``; return when it has finished (0), when it
-    has failed (1: its job ended on an error, which the run's ``failed.json`` names), or
-    at once.
+    has failed (1: its job ended on an error, which the run's ``failed.json`` names), when
+    it has stopped on request (:data:`STOPPED`: ``stopped.json``), or at once.
 
     ``once`` prints everything recorded so far plus a status line, then returns. While
     following, a run that has written no record for ``stall`` minutes gets one line
@@ -233,6 +237,7 @@ def watch(
         # checked first: no record comes after either
         done = (run_dir / "summary.json").is_file()
         failure = None if done else read_failure(run_dir)
+        stop = None if done or failure else read_stop(run_dir)
         records = tail.poll()
         if tail.restarted:
             print(
@@ -261,6 +266,13 @@ def watch(
             where = f" on rank {failure['rank']}" if "rank" in failure else ""
             print(f"failed{where}: {failure.get('error')}", file=out, flush=True)
             return 1
+        if stop is not None:  # nothing more until it is resumed (a requeued job, by hand)
+            print(
+                f"{stop}, its checkpoint written; continue with: fedsheaf run --resume {run_dir}",
+                file=out,
+                flush=True,
+            )
+            return STOPPED
         if once:
             unit = "round" if _family(cfg) == "server" else "epoch"
             state = f"{count(seen, unit)} so far" if seen else f"no {unit}s recorded yet"
@@ -281,7 +293,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Follow a running job: a header from RUN_DIR/config.yaml, then each epoch/round "
         "line of RUN_DIR/metrics.jsonl as it appears; stops when summary.json appears "
-        "(exit 0) or when failed.json says the job ended on an error (exit 1)."
+        "(exit 0), when failed.json says the job ended on an error (exit 1), or when "
+        "stopped.json says the run stopped on request (SIGUSR1) with a checkpoint, to be "
+        "resumed (exit 3)."
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's output directory")
     parser.add_argument(

@@ -16,6 +16,7 @@ from fedsheaf.algorithms.noncoop import NonCooperative
 from fedsheaf.algorithms.sheaf_fmtl import SheafFMTL
 from fedsheaf.algorithms.sheaf_frl import SheafFRL
 from fedsheaf.algorithms.sheaf_frl_variants import HomogeneousSheafFRL, StrictSheafFRL
+from fedsheaf.config import ExperimentConfig
 
 SHEAF_VARIANTS: dict[str, type[SheafFRL]] = {
     "standard": SheafFRL,
@@ -39,3 +40,14 @@ DECENTRALIZED: dict[str, Callable[[Agent, Exchange, Reporter], DecentralizedAlgo
 # Centralized heterogeneous baselines (fedsheaf.runtime.hub): agent and server sides.
 HUB_AGENTS = {"fedproto": FedProto, "fedmuscle": FedMuscle}
 HUB_SERVERS = {"fedproto": FedProtoServer, "fedmuscle": FedMuscleServer}
+
+
+def agent_class(cfg: ExperimentConfig) -> type[DecentralizedAlgorithm]:
+    """The class of one graph agent of ``cfg`` (decentralized or hub method)."""
+    if cfg.algorithm in HUB_AGENTS:
+        return HUB_AGENTS[cfg.algorithm]
+    if cfg.algorithm == "sheaf_frl":
+        return SHEAF_VARIANTS[cfg.sheaf.variant]
+    cls = DECENTRALIZED[cfg.algorithm]
+    assert isinstance(cls, type)
+    return cls

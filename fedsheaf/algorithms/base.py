@@ -157,6 +157,15 @@ class DecentralizedAlgorithm:
         self.optimizer = build_optimizer(self.cfg.train, self.model.parameters(), self.lr)
         self.is_head = {j: agent.graph.is_head(agent.id, j) for j in nbr.neighbours}
 
+    @classmethod
+    def check(cls, cfg: ExperimentConfig, data: AgentData) -> None:
+        """Refuse what building this algorithm for an agent holding ``data`` would refuse,
+        without communicating (``fedsheaf check``; the constructor finds it in a job).
+
+        Constructors must raise such errors before any exchange with the neighbours: the
+        runtime builds the algorithm inside a collective check (``World.agree``).
+        """
+
     # ---- hooks -------------------------------------------------------------
     def task_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Loss of one private batch (subclasses may add terms on its latents)."""

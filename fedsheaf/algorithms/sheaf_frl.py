@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from fedsheaf.algorithms.base import (
     Agent,
+    AgentData,
     DecentralizedAlgorithm,
     Exchange,
     Pending,
@@ -30,6 +31,7 @@ from fedsheaf.algorithms.base import (
     Reporter,
 )
 from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
+from fedsheaf.config import ExperimentConfig
 from fedsheaf.sheaf.maps import PilotWindow, stiefel_map, window_batches
 from fedsheaf.sheaf.penalty import agent_lambda, sheaf_penalty
 
@@ -46,6 +48,10 @@ class SheafFRL(DecentralizedAlgorithm):
         self.recv_shapes = [(dims[j], self.pilots.columns) for j in nbr.neighbours]
         self.maps: dict[int, torch.Tensor] = {}
         self.window = PilotWindow(batches=window_batches(sc.window, self.pilots.columns))
+
+    @classmethod
+    def check(cls, cfg: ExperimentConfig, data: AgentData) -> None:
+        PilotPlan(cfg.sheaf, cfg.seed, data.x_pilot, data.y_pilot)
 
     def pilot_matrix(self, epoch: int, step: int) -> torch.Tensor:
         """This step's ``A_i`` (d_i × K), differentiable w.r.t. the encoder."""

@@ -16,9 +16,11 @@ the stalk is i's own space (O(d_i)), a thin one otherwise.
   step from the messages just received (Algorithm 3 literally): each end's effective
   map ``P_ijᵀP_ji`` in that step's gradient is then the best fit on that batch, but the
   pair of *new* maps no longer matches (each was fitted against the other's old one),
-  so before evaluation the tails refit once more against the heads' current maps on a
-  pilot batch. With a pilot window the two ends take turns — heads at refreshes 0, 2,
-  4, …, tails at 1, 3, … — so the maps used during an epoch always match.
+  so for evaluation the tails refit once more against the heads' current maps on a
+  pilot batch (evaluation maps only: training goes on with the maps it had, so how
+  often a run evaluates changes none of its numbers). With a pilot window the two ends
+  take turns — heads at refreshes 0, 2, 4, …, tails at 1, 3, … — so the maps used during
+  an epoch always match.
 
 Test latents for communication accuracy travel the same way: ``P_ij z`` out, and the
 receiver maps what it gets back with ``P_jiᵀ`` (its own map) before decoding.
@@ -47,6 +49,7 @@ class TransportedSheafFRL(SheafFRL):
         self.out_maps = {j: self.initial_map(j).to(agent.device) for j in nbr.neighbours}
         self.msg_shapes = [(self.stalk[j], self.pilots.columns) for j in nbr.neighbours]
         self.refreshes = 0
+        self.eval_maps = self.out_maps  # what communication accuracy transports with
 
     # ---- what the variants decide -------------------------------------------
     def initial_map(self, j: int) -> torch.Tensor:
@@ -97,18 +100,22 @@ class TransportedSheafFRL(SheafFRL):
         self.refreshes += 1
         self.window.reset()
 
+    def prepare_transport(self) -> None:
+        self.eval_maps = self.out_maps
+
     @torch.no_grad()
     def communication_accuracy(self, x: torch.Tensor, y: torch.Tensor) -> dict[int, float]:
         z = self.latents(x)
         labels = y.to(z.dtype).unsqueeze(1)
+        maps = self.eval_maps
         received = self.nbr.exchange_each(
-            [torch.cat([z @ self.out_maps[j].T, labels], dim=1) for j in self.nbr.neighbours],
+            [torch.cat([z @ maps[j].T, labels], dim=1) for j in self.nbr.neighbours],
             device=self.agent.device,
         )
         out = {}
         for j, m in zip(self.nbr.neighbours, received, strict=True):
             zj, yj = m[:, :-1], m[:, -1].long()
-            out[j] = accuracy(self.decode(zj @ self.out_maps[j]), yj)
+            out[j] = accuracy(self.decode(zj @ maps[j]), yj)
         return out
 
     def edge_map(self, j: int) -> torch.Tensor:
@@ -153,6 +160,7 @@ class StrictSheafFRL(TransportedSheafFRL):
 
     @torch.no_grad()
     def prepare_transport(self) -> None:
+        super().prepare_transport()
         if self.cfg.sheaf.map_refresh != "step":
             return  # window refits alternate: the two ends' maps already match
         self.model.eval()
@@ -162,6 +170,7 @@ class StrictSheafFRL(TransportedSheafFRL):
             shapes=self.msg_shapes,
             device=self.agent.device,
         )
+        self.eval_maps = dict(self.out_maps)
         for j, m in zip(self.nbr.neighbours, received, strict=True):
             if not self.is_head[j]:
-                self.out_maps[j] = stiefel_map(m, own)
+                self.eval_maps[j] = stiefel_map(m, own)

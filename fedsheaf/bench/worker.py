@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec: dict[str, Any] = json.loads(Path(args[0]).read_text())
     world = init_world(spec.get("device", "auto"))
-    if spec.get("device", "auto") == "auto" and world.device.type == "cpu":
-        world.agree(refuse_unusable_gpus)  # not a CPU measurement labelled as a GPU node's
+    if spec.get("device", "auto") == "auto":  # not a CPU measurement labelled as a GPU node's
+        world.agree(lambda: refuse_unusable_gpus() if world.device.type == "cpu" else None)
     env = environment(world)
     results = {}
     for case in spec["cases"]:

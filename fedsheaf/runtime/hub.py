@@ -28,12 +28,9 @@ from fedsheaf import experiment
 from fedsheaf.algorithms import HUB_AGENTS, HUB_SERVERS
 from fedsheaf.algorithms.hub_base import HubContext
 from fedsheaf.config import ExperimentConfig
-from fedsheaf.errors import ConfigError
-from fedsheaf.graphs import load_graph
-from fedsheaf.hostinfo import singleton_hint
+from fedsheaf.preflight import hub_graph
 from fedsheaf.runtime.star import Star
 from fedsheaf.runtime.world import UserErrorExit, World, note_run_dir
-from fedsheaf.units import count
 
 
 class StarHub:
@@ -85,17 +82,7 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
     """Run FedProto or FedMuscle: server on rank 0, agents on ranks 1..N."""
     from fedsheaf.runtime.launch import checkpointer, load_latest, open_run_dir, run_decentralized
 
-    def check_ranks() -> Any:
-        n = load_graph(cfg.graph).n
-        if world.size != n + 1:
-            raise ConfigError(
-                f"algorithm {cfg.algorithm} needs one rank per agent plus a server rank: "
-                f"launch with mpiexec -n {n + 1} (the job has {count(world.size, 'rank')})"
-                + singleton_hint(world.size)
-            )
-        return experiment.build_graph(cfg, n)
-
-    graph = world.agree(check_ranks)
+    graph = world.agree(lambda: hub_graph(cfg, world.size))
     ds, part = world.agree(lambda: experiment.load_and_partition(cfg))
     if world.rank > 0:
         world.agree(lambda: experiment.agent_data(ds, part, world.rank - 1, world.device))
@@ -103,7 +90,7 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
         world.agree(lambda: None)
     run_path = Path(cfg.output.dir) / cfg.run_name()
     world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
-    loaded = load_latest(world, run_path, cfg.train.epochs) if cfg.checkpoint.resume else None
+    loaded = load_latest(world, cfg, run_path) if cfg.checkpoint.resume else None
 
     ctx = HubContext(
         cfg=cfg,
@@ -126,7 +113,7 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
         return None
     try:
         cls = HUB_AGENTS[cfg.algorithm]
-        return run_decentralized(
+        summary = run_decentralized(
             cfg,
             _agent_world(world, agents_comm),
             make=lambda agent, nbr, rep: cls(agent, nbr, rep, hub, ctx),
@@ -136,5 +123,6 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
     except UserErrorExit as exc:  # reported by agent 0; the server must not wait for it
         world.comm.Abort(exc.code)
         raise
-    finally:
-        agents_comm.Free()
+    # (on an error the abort hook ends the job: freeing, a collective, could wait instead)
+    agents_comm.Free()
+    return summary

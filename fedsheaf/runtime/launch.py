@@ -14,22 +14,25 @@ from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
 from fedsheaf.config import (
     GRAPH_COPY,
     ExperimentConfig,
-    check_resume,
     dump_config,
-    load_config,
     load_run_config,
-    resume_changes,
-    resume_config,
 )
-from fedsheaf.errors import ConfigError, FedsheafError
+from fedsheaf.errors import FedsheafError
+from fedsheaf.preflight import (
+    check_run_dir,
+    describe_graph_run,
+    finished_note,
+    resumable,
+    run_config,
+    run_length,
+)
 from fedsheaf.progress import Recorder, agent_table
 from fedsheaf.results import (
     FAILURE_FILE,
     PREVIOUS_SUMMARY,
+    STOP_FILE,
     RunDir,
     atomic_write_text,
-    check_not_foreign,
-    check_run_files,
 )
 from fedsheaf.runtime import stop_request
 from fedsheaf.runtime.topology import Neighbourhood
@@ -77,7 +80,7 @@ def run_decentralized(
     recorder = Recorder(world, None, cfg.train.epochs)
     # built before the run directory is touched: what fails here (an empty pilot set)
     # leaves a run that output.overwrite=true would replace as it was
-    algo = (make or DECENTRALIZED[cfg.algorithm])(agent, nbr, recorder)
+    algo = world.agree(lambda: (make or DECENTRALIZED[cfg.algorithm])(agent, nbr, recorder))
     if job is world:
         run_dir = world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
     else:  # the job checked it (and may have written its server's checkpoints since)
@@ -85,17 +88,15 @@ def run_decentralized(
     recorder.run_dir = run_dir
     first_epoch, resumed_state = 0, None
     if cfg.checkpoint.resume:
-        loaded = loaded or load_latest(job, run_path, cfg.train.epochs)
+        loaded = loaded or load_latest(job, cfg, run_path)
         first_epoch = restore(world, run_path, algo, nbr, recorder, loaded)
         resumed_state = loaded[1]
     if run_dir is not None:
         settle_config(run_dir, cfg)
     note_run_dir(run_path)
     world.log(
-        f"fedsheaf: {cfg.algorithm} '{cfg.name}' on {graph.name} ({count(graph.n, 'agent')}, "
-        f"{count(len(graph.edges), 'edge')}), {ds.name} "
-        f"s={cfg.data.shift}, {count(cfg.train.epochs, 'epoch')} x {count(steps, 'step')}, "
-        f"device {world.device}, {count(world.threads, 'thread')} per rank, seed {cfg.seed}"
+        f"fedsheaf: {describe_graph_run(cfg, graph, ds, steps)}, device {world.device}, "
+        f"{count(world.threads, 'thread')} per rank, seed {cfg.seed}"
     )
     if run_dir is not None:
         world.log(f"fedsheaf: writing {run_dir.path}")
@@ -144,51 +145,12 @@ def run_decentralized(
 
 
 def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
-    """Rank 0: the run directory, refusing to start over an unfinished run by accident,
-    to write into a directory that is not a run's, or to resume another experiment."""
-    check_not_foreign(path)
-    check_run_files(path)  # before output.overwrite=true removes anything
-    if not cfg.checkpoint.resume:
-        checkpoint.check_fresh_start(path, cfg.output.overwrite)
-    elif (path / "config.yaml").is_file():
-        saved = check_resume(path, cfg)
-        if (path / "summary.json").exists():
-            extend_finished(path, saved, cfg)
-    elif (path / "summary.json").exists():
-        raise ConfigError(
-            f"run directory {path} holds a finished run without its config.yaml, so it "
-            "cannot be resumed or extended; choose another output.name or pass "
-            "output.overwrite=true"
-        )
+    """Rank 0: the run directory, once :func:`~fedsheaf.preflight.check_run_dir` has
+    found nothing against it (with ``output.overwrite``, an earlier run's checkpoints go)."""
+    check_run_dir(cfg, path)
+    if not cfg.checkpoint.resume and cfg.output.overwrite:
+        checkpoint.check_fresh_start(path, True)
     return RunDir(path, cfg.output.overwrite, extend=cfg.checkpoint.resume)
-
-
-def run_length(cfg: ExperimentConfig) -> tuple[int, str, str]:
-    """How long ``cfg``'s run is: (count, unit, the config key that sets it)."""
-    if cfg.decentralized or cfg.hub_based:
-        return cfg.train.epochs, "epoch", "train.epochs"
-    return cfg.federated.rounds, "round", "federated.rounds"
-
-
-def extend_finished(path: Path, saved: ExperimentConfig, cfg: ExperimentConfig) -> None:
-    """Rank 0, resuming the finished run in ``path`` (saved with ``saved``) under ``cfg``,
-    which asks for a greater length (:func:`finished_note` ends the others): refuse
-    unless it has a checkpoint to continue from (else it would silently train again from
-    the start). Nothing in ``path`` changes here: :func:`settle_config` sets the summary
-    aside once a checkpoint has been read on every rank.
-
-    Training from the last checkpoint on is that of a run asked for the greater length
-    from the start wherever evaluation leaves the training state alone (the strict variant
-    with ``map_refresh: step`` refits its maps before evaluating); the metrics differ only
-    where the shorter run evaluated its last epoch (round), which it always does.
-    """
-    key, wanted = run_length(saved)[2], run_length(cfg)[0]
-    if not (checkpoint.checkpoints_dir(path) / checkpoint.MANIFEST).is_file():
-        raise ConfigError(
-            f"{path} is a finished run with no checkpoint to continue from (it ran with "
-            f"checkpoint.every={saved.checkpoint.every}); run it again with {key}={wanted} "
-            "and output.overwrite=true"
-        )
 
 
 def settle_config(run_dir: RunDir, cfg: ExperimentConfig) -> None:
@@ -210,7 +172,8 @@ def settle_config(run_dir: RunDir, cfg: ExperimentConfig) -> None:
             flush=True,
         )
     run_dir.write_config(dump_config(cfg))
-    (path / FAILURE_FILE).unlink(missing_ok=True)  # an earlier launch's end, resumed from
+    for end in (FAILURE_FILE, STOP_FILE):  # how an earlier launch ended, resumed from
+        (path / end).unlink(missing_ok=True)
     if cfg.graph is not None and (cfg.decentralized or cfg.hub_based):
         atomic_write_text(path / GRAPH_COPY, Path(cfg.graph).read_text(encoding="utf-8"))
 
@@ -219,7 +182,7 @@ def settle_config(run_dir: RunDir, cfg: ExperimentConfig) -> None:
 Loaded = tuple[checkpoint.Checkpoint | None, dict[str, Any] | None]
 
 
-def load_latest(job: World, run_path: Path, length: int, unit: str = "epoch") -> Loaded:
+def load_latest(job: World, cfg: ExperimentConfig, run_path: Path) -> Loaded:
     """Collectively on ``job``: the newest complete checkpoint that every rank can read,
     and this rank's state in it.
 
@@ -229,24 +192,11 @@ def load_latest(job: World, run_path: Path, length: int, unit: str = "epoch") ->
     for epochs, one at ``length`` that was not evaluated (:func:`refuse_unevaluated_end`;
     rounds: ``Rounds`` checks its score window).
     """
+    length, unit, _ = run_length(cfg)
 
-    def newest() -> list[checkpoint.Checkpoint]:
-        found = checkpoint.complete(run_path, job.size)
-        if not found and (run_path / "summary.json").exists():
-            raise checkpoint.CheckpointError(
-                f"cannot extend the finished run {run_path}: it holds no complete "
-                "checkpoint to continue from; start over with output.overwrite=true"
-            )
-        if found and found[0].epoch > length:
-            key = "federated.rounds" if unit == "round" else "train.epochs"
-            raise checkpoint.CheckpointError(
-                f"cannot resume {run_path}: it is checkpointed after {unit} "
-                f"{found[0].epoch}, past the {length} {unit}s asked for; resume with "
-                f"{key} >= {found[0].epoch}"
-            )
-        return found
-
-    candidates = job.bcast(job.agree(lambda: newest() if job.is_root else None))
+    candidates = job.bcast(
+        job.agree(lambda: resumable(cfg, run_path, job.size) if job.is_root else None)
+    )
     problems = []
     for ckpt in candidates:
         try:
@@ -347,40 +297,6 @@ def checkpointer(
     return save if every > 0 else None
 
 
-def run_config(
-    config_path: str | None, overrides: list[str], resume_dir: str | None
-) -> ExperimentConfig:
-    """``fedsheaf run CONFIG [overrides]`` or ``fedsheaf run --resume RUN_DIR [overrides]``."""
-    if resume_dir is None and config_path is None:
-        raise ConfigError("fedsheaf run needs a CONFIG file or --resume RUN_DIR")
-    if resume_dir is not None and config_path is not None:
-        raise ConfigError(f"give a CONFIG file or --resume RUN_DIR, not both ({config_path})")
-    if resume_dir is not None:
-        return resume_config(resume_dir, overrides)
-    return load_config(config_path, overrides)
-
-
-def finished_note(cfg: ExperimentConfig) -> str | None:
-    """Rank 0: what to say instead of running, when ``cfg`` resumes a run that has already
-    finished at its length (a requeued batch job, a job-array line run again)."""
-    path = Path(cfg.output.dir) / cfg.run_name()
-    if not (cfg.checkpoint.resume and (path / "summary.json").is_file()):
-        return None
-    try:
-        saved = load_run_config(path / "config.yaml")
-    except ConfigError:
-        return None  # open_run_dir says what is wrong
-    done, unit, key = run_length(saved)
-    wanted = run_length(cfg)[0]
-    if resume_changes(saved, cfg, path / GRAPH_COPY) or wanted > done:
-        return None  # another experiment (open_run_dir says so), or to be trained longer
-    asked = "" if wanted == done else f", more than the {wanted} asked for"
-    return (
-        f"fedsheaf: {path} has already finished its {count(done, unit)}{asked}; nothing to "
-        f"do (to train it longer, resume it with {key} greater than {done})"
-    )
-
-
 def main(config_path: str | None, overrides: list[str], resume_dir: str | None = None) -> int:
     """Entry point of ``fedsheaf run`` on every rank (``resume_dir``: ``--resume RUN_DIR``)."""
     world = init_world()
@@ -395,10 +311,12 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
         return 0
     if cfg.train.device != "auto":
         world.device = world.agree(lambda: choose_device(cfg.train.device, world.local_rank))
-    elif world.device.type == "cpu":
-        world.agree(refuse_unusable_gpus)
-    if cfg.data.download:  # rank 0 first, alone
+    else:  # a collective: every rank takes part, whichever device it found
+        world.agree(lambda: refuse_unusable_gpus() if world.device.type == "cpu" else None)
+    if cfg.data.download:  # rank 0 first, alone; then one rank per node (node-local roots)
         world.agree(lambda: experiment.fetch_data(cfg) if world.is_root else None)
+        first_on_node = world.local_rank == 0 and not world.is_root
+        world.agree(lambda: experiment.fetch_data(cfg) if first_on_node else None)
     try:
         if cfg.decentralized:
             run_decentralized(cfg, world)

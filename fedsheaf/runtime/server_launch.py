@@ -80,7 +80,6 @@ from fedsheaf.algorithms.federated.protocol import (
     dispatch_order,
     hosted_clients,
     moves_clients,
-    n_selected,
     place_clients,
     rows_per_rank,
     sample_clients,
@@ -89,6 +88,7 @@ from fedsheaf.algorithms.federated.task import Task
 from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.config import ExperimentConfig
 from fedsheaf.errors import ConfigError
+from fedsheaf.preflight import per_round
 from fedsheaf.results import RunDir
 from fedsheaf.runtime.launch import checkpointer, load_latest, open_run_dir, settle_config
 from fedsheaf.runtime.star import NO_CLIENT, Star
@@ -487,12 +487,6 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     return summary
 
 
-def per_round(cfg: ExperimentConfig) -> int:
-    """How many clients train in each round of this run (every one for Local)."""
-    fc = cfg.federated
-    return n_selected(fc.clients, FEDERATED[cfg.algorithm](fc).participation())
-
-
 def moves(cfg: ExperimentConfig, n_workers: int) -> bool:
     """Whether this run's placement may train a client away from its home rank."""
     fc = cfg.federated
@@ -518,7 +512,7 @@ def build_runner(cfg: ExperimentConfig, world: World, task: Task, star: Star) ->
 def restore(world: World, run_path: Path, rounds: Rounds) -> dict[str, Any] | None:
     """Load the newest complete checkpoint on every rank and cut metrics.jsonl to it;
     returns this rank's state from it (None without one)."""
-    ckpt, state = load_latest(world, run_path, rounds.fc.rounds, "round")
+    ckpt, state = load_latest(world, rounds.cfg, run_path)
     if ckpt is None or state is None:
         world.log(f"fedsheaf: no complete checkpoint in {run_path}; starting from round 1")
     else:

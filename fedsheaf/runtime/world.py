@@ -45,20 +45,24 @@ def note_run_dir(path: Path) -> None:
 def _abort_hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
     rank = MPI.COMM_WORLD.Get_rank()
     size = MPI.COMM_WORLD.Get_size()
-    if isinstance(exc, FedsheafError):
-        error = str(exc)
-        sys.stderr.write(f"fedsheaf: error on rank {rank}: {exc}\n")
-        code = USER_ERROR_EXIT
-    else:
-        error = f"{exc_type.__name__}: {exc}"
-        text = "".join(traceback.format_exception(exc_type, exc, tb))
-        sys.stderr.write(f"fedsheaf: rank {rank} failed with {error}\n{text}")
-        code = 1
-    sys.stderr.flush()
-    if _RUN_DIR is not None:
-        write_failure(_RUN_DIR, rank, error)
-    if size > 1:
-        MPI.COMM_WORLD.Abort(code)
+    user_error = isinstance(exc, FedsheafError)
+    code = USER_ERROR_EXIT if user_error else 1
+    try:  # saying why must not keep the job from ending (stderr may be gone)
+        if user_error:
+            error = str(exc)
+            sys.stderr.write(f"fedsheaf: error on rank {rank}: {exc}\n")
+        else:
+            error = f"{exc_type.__name__}: {exc}"
+            text = "".join(traceback.format_exception(exc_type, exc, tb))
+            sys.stderr.write(f"fedsheaf: rank {rank} failed with {error}\n{text}")
+        sys.stderr.flush()
+        if _RUN_DIR is not None:
+            write_failure(_RUN_DIR, rank, error)
+    except Exception:
+        pass
+    finally:
+        if size > 1:
+            MPI.COMM_WORLD.Abort(code)
     sys.exit(code)
 
 

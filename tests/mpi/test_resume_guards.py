@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from fedsheaf import cli
 from fedsheaf.results import read_metrics
-from tests.conftest import run_mpi, untimed
+from tests.conftest import REPO, run_mpi, untimed
 
 pytestmark = pytest.mark.mpi
 COMMON = ["train.steps_per_epoch=2", "checkpoint.every=1", "checkpoint.keep=3", "seed=5"]
@@ -36,7 +37,15 @@ def _one_error(proc) -> str:
     return lines[0]
 
 
-def test_resume_guards_and_fallback(tmp_path):
+def _checked(capsys, *args: str, code: int = 2) -> str:
+    """``fedsheaf check`` in this process: the refusals a job makes before any rank reads
+    a checkpoint are the same functions there (:mod:`fedsheaf.preflight`); its one line."""
+    assert cli.main(["check", *args]) == code
+    out, err = capsys.readouterr()
+    return (err if code else out).strip().splitlines()[-1]
+
+
+def test_resume_guards_and_fallback(tmp_path, capsys, monkeypatch):
     quick = str(Path("configs/quickstart.yaml").resolve())
     out = f"output.dir={tmp_path}"
     ref = _run(tmp_path, quick, out, "output.name=ref", "train.epochs=4", *COMMON)
@@ -52,46 +61,50 @@ def test_resume_guards_and_fallback(tmp_path):
         "epoch-0003",
     ]
 
-    line = _one_error(_run(tmp_path, "--resume", str(cut), "seed=6", "train.epochs=4"))
-    assert "cannot resume" in line and "experiment: seed (5 -> 6). A resumed run" in line
     summary = (cut / "summary.json").read_text()
+    proc = _run(tmp_path, "--resume", str(cut))  # a requeued job: nothing to do, exit 0
+    assert proc.returncode == 0, proc.stderr
+    assert f"{cut} has already finished its 3 epochs; nothing to do" in proc.stdout
+    assert "train.epochs greater than 3" in proc.stdout
+    # refusals before any checkpoint is read: through `fedsheaf check`, the same functions
+    line = _checked(capsys, "--resume", str(cut), "seed=6", "train.epochs=4")
+    assert "cannot resume" in line and "experiment: seed (5 -> 6). A resumed run" in line
     for again, asked in (
-        (["--resume", str(cut)], ""),
         ([quick, out, "output.name=cut", "train.epochs=3", "checkpoint.resume=true", *COMMON], ""),
         (["--resume", str(cut), "train.epochs=2"], ", more than the 2 asked for"),
-    ):  # a requeued job, a job-array line run again (maybe after the run was extended)
-        proc = _run(tmp_path, *again)
-        assert proc.returncode == 0, proc.stderr
-        assert f"{cut} has already finished its 3 epochs{asked}; nothing to do" in proc.stdout
-        assert "train.epochs greater than 3" in proc.stdout
+    ):  # a job-array line run again (maybe after the run was extended)
+        line = _checked(capsys, *again, code=0)
+        assert f"{cut} has already finished its 3 epochs{asked}; nothing to do" in line
     assert (cut / "summary.json").read_text() == summary
     nock = tmp_path / "nock"  # the same finished run without checkpoints
     shutil.copytree(cut, nock, ignore=shutil.ignore_patterns("checkpoints"))
-    line = _one_error(_run(tmp_path, "--resume", str(nock), "train.epochs=4"))
+    line = _checked(capsys, "--resume", str(nock), "train.epochs=4")
     assert f"{nock} is a finished run with no checkpoint to continue from" in line
     assert "train.epochs=4 and output.overwrite=true" in line
     assert (nock / "summary.json").is_file()
     away = tmp_path / "elsewhere"
     away.mkdir()
-    line = _one_error(_run(tmp_path, "--resume", str(cut), "train.epochs=4", cwd=away))
+    monkeypatch.chdir(away)
+    line = _checked(capsys, "--resume", str(cut), "train.epochs=4")
     assert f"graphs/quick4.yaml does not exist (relative to the current directory {away})" in line
     # the same relative path naming another graph there: refused, the run's copy offered
     (away / "graphs").mkdir()
-    ring = Path("graphs/quick4.yaml").read_text().replace("  - [0, 2]\n", "")
-    assert ring != Path("graphs/quick4.yaml").read_text()
+    ring = (REPO / "graphs/quick4.yaml").read_text().replace("  - [0, 2]\n", "")
+    assert ring != (REPO / "graphs/quick4.yaml").read_text()
     (away / "graphs" / "quick4.yaml").write_text(ring)
-    line = _one_error(_run(tmp_path, "--resume", str(cut), "train.epochs=4", cwd=away))
+    line = _checked(capsys, "--resume", str(cut), "train.epochs=4")
     assert f"it is not the graph the run started with, kept as {cut}/graph.yaml" in line
     assert f"resume with graph={cut / 'graph.yaml'}" in line
     # ... and that advice works (the copy is the run's graph): here, nothing left to do
     proc = _run(tmp_path, "--resume", str(cut), f"graph={cut / 'graph.yaml'}", cwd=away)
     assert proc.returncode == 0 and "has already finished its 3 epochs" in proc.stdout
+    monkeypatch.chdir(REPO)
     # a finished run that lost its config.yaml: refused before anything is touched
     nocfg = tmp_path / "nocfg"
     shutil.copytree(cut, nocfg)
     (nocfg / "config.yaml").unlink()
     args = [quick, out, "output.name=nocfg", "train.epochs=4", "checkpoint.resume=true"]
-    line = _one_error(_run(tmp_path, *args, *COMMON))
+    line = _checked(capsys, *args, *COMMON)
     assert "holds a finished run without its config.yaml" in line
     assert (nocfg / "metrics.jsonl").read_bytes() == (cut / "metrics.jsonl").read_bytes()
 
@@ -150,7 +163,7 @@ def test_resume_guards_and_fallback(tmp_path):
     assert json.loads((again / "checkpoints" / "latest.json").read_text())["epoch"] == 4
 
     (cut / "summary.json").unlink()  # as if stopped after its epoch-4 checkpoint
-    line = _one_error(_run(tmp_path, "--resume", str(cut), "train.epochs=3"))
+    line = _checked(capsys, "--resume", str(cut), "train.epochs=3")
     assert "checkpointed after epoch 4, past the 3 epochs" in line
 
 

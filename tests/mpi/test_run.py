@@ -111,6 +111,11 @@ def test_small_meshes_start_train_and_finish(mpirun, tmp_path, n, dims, algorith
             ["data.dataset=fashionmnist", "data.root=/nonexistent"],
             "/nonexistent/FashionMNIST/raw/train-images-idx3-ubyte",
         ),
+        (  # found while the algorithm is built, on every rank
+            4,
+            ["sheaf.pilot_strategy=stratified", "data.limit=300"],
+            "stratified pilot batch 30 needs 3 pilots per class",
+        ),
     ],
 )
 def test_bad_input_gives_one_clear_message(mpirun, tmp_path, n, overrides, message):

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from fedsheaf import checkpoint
+from fedsheaf.results import STOP_FILE, read_json_object
 from fedsheaf.runtime.stop_request import STOPPED_EXIT
 from tests.conftest import BackgroundMpi, mpi_env, run_mpi, untimed
 from tests.mpi.test_failures import _rank_pids
@@ -44,6 +45,8 @@ def _run_and_stop(
         job.kill()
     assert checkpoint.latest(run, n).epoch == done  # written although none was due
     assert not (run / "summary.json").exists()
+    unit = "round" if "round" in read_json_object(run / STOP_FILE) else "epoch"
+    assert read_json_object(run / STOP_FILE)[unit] == done  # for watch and report
     return done
 
 
@@ -87,6 +90,7 @@ def test_a_decentralized_run_stops_with_a_checkpoint_and_resumes_as_if_uninterru
     resumed = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), f"train.epochs={longer}"])
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming {run} after epoch {done}" in resumed.stdout
+    assert not (run / STOP_FILE).exists()
     straight = run_mpi(
         4, ["-m", "fedsheaf", "run", *common, "output.name=straight", f"train.epochs={longer}"]
     )

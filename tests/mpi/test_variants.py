@@ -39,6 +39,14 @@ RUNS = {
         "het",
         [*TWO, "sheaf.variant=strict", "sheaf.overlap_exchange=true"],
     ),
+    "het-strict-step-eval1": (
+        "het",
+        [*TWO, "sheaf.variant=strict", "sheaf.map_refresh=step", "train.eval_every=1"],
+    ),
+    "het-strict-step-eval2": (
+        "het",
+        [*TWO, "sheaf.variant=strict", "sheaf.map_refresh=step", "train.eval_every=2"],
+    ),
     "het-window": ("het", TWO),
     "het-window-overlap": ("het", [*TWO, "sheaf.overlap_exchange=true"]),
     "het-window-fused": ("het", [*TWO, "sheaf.fused_pilots=true"]),
@@ -304,6 +312,14 @@ def test_overlapping_the_exchange_changes_no_number(results):
             assert {k: v for k, v in x.items() if k != "seconds"} == {
                 k: v for k, v in y.items() if k != "seconds"
             }, name
+
+
+def test_how_often_a_run_evaluates_changes_no_number(results):
+    """The strict variant's per-step mode refits maps for evaluation: on copies only."""
+    often, rarely = results["het-strict-step-eval1"], results["het-strict-step-eval2"]
+    assert often["trained"] == rarely["trained"]
+    for key in ("loss", "private_acc", "comm_acc"):
+        assert often[key] == rarely[key], key
 
 
 def test_fused_pilots_send_what_separate_ones_do_and_train_otherwise(results):

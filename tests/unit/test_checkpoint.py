@@ -326,3 +326,17 @@ def test_a_checkpoint_of_another_model_is_a_clear_error(setup, tmp_path):
     state["model"] = {k: v[..., :1] if v.ndim else v for k, v in state["model"].items()}
     with pytest.raises(CheckpointError, match="agent 0: checkpoint does not fit"):
         algo.load_state_dict(state)
+
+
+def test_dropout_state_from_another_device_type_is_a_clear_error():
+    from fedsheaf.models.seeding import GeneratorDropout
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), GeneratorDropout(0.5))
+    model[1].generator = torch.Generator().manual_seed(0)
+    checkpoint.set_rng_state(model, checkpoint.rng_state(model))  # same device: fine
+    cuda_like = torch.zeros(16, dtype=torch.uint8)  # a CUDA generator's state: seed, offset
+    with pytest.raises(
+        CheckpointError,
+        match=r"state \(16 bytes\) does not fit this rank's cpu generator .* another device type",
+    ):
+        checkpoint.set_rng_state(model, [cuda_like])

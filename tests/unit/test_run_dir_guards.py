@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fedsheaf.config import dump_config, load_config, resume_changes
@@ -43,6 +45,31 @@ def test_run_dir_that_cannot_be_created(tmp_path):
     (tmp_path / "file").touch()
     with pytest.raises(ConfigError, match="cannot create run directory .*file/run"):
         RunDir(tmp_path / "file" / "run")
+
+
+def _read_only_directory() -> Path | None:
+    """An existing, empty directory that not even root can write into (sysfs)."""
+    for d in sorted(Path("/sys/kernel").glob("*")):
+        try:
+            if not d.is_dir() or any(d.iterdir()):
+                continue
+        except OSError:
+            continue
+        try:
+            (d / ".fedsheaf-probe").touch()
+        except OSError:
+            return d
+        (d / ".fedsheaf-probe").unlink()
+    return None
+
+
+def test_run_dir_that_cannot_be_written_is_refused_before_training():
+    ro = _read_only_directory()
+    if ro is None:
+        pytest.skip("no read-only empty directory under /sys/kernel here")
+    with pytest.raises(ConfigError, match=f"cannot write into run directory {ro}: "):
+        RunDir(ro)
+    assert not any(ro.iterdir())
 
 
 def test_resume_may_change_length_places_and_step_size_only(tmp_path):

@@ -349,3 +349,28 @@ def test_a_run_whose_job_ended_on_an_error_is_failed_not_running(tmp_path):
     assert not (path / FAILURE_FILE).exists()
     write_failure(tmp_path / "gone" / "x", 0, "a directory this rank does not see")
     assert not (tmp_path / "gone").exists()  # nothing created, nothing raised
+
+
+def test_a_run_stopped_on_request_is_stopped_until_resumed(tmp_path):
+    from fedsheaf.config import load_run_config
+    from fedsheaf.report_runs import load_run, run_row
+    from fedsheaf.results import STOP_FILE
+    from fedsheaf.runtime.launch import settle_config
+    from fedsheaf.runtime.stop_request import leave_note
+    from fedsheaf.watch import STOPPED
+
+    path = make_decentralized(tmp_path, "run", epochs=4, finished=False)
+    leave_note(path, "epoch", 4)
+    assert run_row(load_run(path))["status"] == "stopped"
+    for once in (True, False):  # following, it stops at once too: nothing more until resumed
+        out = io.StringIO()
+        assert watch(path, once=once, interval=0.01, out=out) == STOPPED
+        assert out.getvalue().splitlines()[-1] == (
+            f"stopped on SIGUSR1 after epoch 4, its checkpoint written; continue with: "
+            f"fedsheaf run --resume {path}"
+        )
+    settle_config(RunDir(path, extend=True), load_run_config(path / "config.yaml"))
+    assert not (path / STOP_FILE).exists() and run_row(load_run(path))["status"] == "running"
+    leave_note(path, "round", 2)
+    RunDir(path, overwrite=True)
+    assert not (path / STOP_FILE).exists()

@@ -1,0 +1,74 @@
+"""``fedsheaf check``: a run's pre-flight checks for a given rank count, in one process.
+
+A batch job that would stop on its config (a graph of the wrong size, a missing data
+file, a run directory that holds an unfinished run) should not wait in a queue first.
+``fedsheaf check -n 16 CONFIG [key=value ...]`` runs what the job's ranks would check
+before their first step, without MPI, and says what the job would do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from fedsheaf.checkpoint import manifest_ranks
+from fedsheaf.config import ExperimentConfig
+from fedsheaf.errors import ConfigError
+from fedsheaf.preflight import check_job, ranks_needed, run_config
+from fedsheaf.units import count
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Check a run before launching it: the config, the rank count, the graph, the data "
+        "files, partition and shards, the algorithm's set-up, every model, and the run "
+        "directory (read only). Runs in one process, without MPI, e.g. on a login node "
+        "before sbatch; with data.download=true it fetches missing data files as the job "
+        "would. Exit status 0 if the job would start, 2 (with the job's error) if not."
+    )
+    parser.add_argument("config", nargs="?", help="experiment YAML file (configs/*.yaml)")
+    parser.add_argument(
+        "-n",
+        "--ranks",
+        type=int,
+        metavar="N",
+        help="the job's rank count (mpiexec -n N); default: SLURM_NTASKS inside an "
+        "allocation, else that of the job that checkpointed the run being resumed, else "
+        "the count the config needs (server-based algorithms: required)",
+    )
+    parser.add_argument(
+        "--resume", metavar="RUN_DIR", help="check resuming RUN_DIR (fedsheaf run --resume)"
+    )
+    parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+
+def job_ranks(given: int | None, cfg: ExperimentConfig) -> int:
+    """The rank count to check: ``-n``, else the allocation's, else that of the job that
+    checkpointed the run being resumed, else the one the config needs."""
+    if given is not None:
+        if given < 1:
+            raise ConfigError(f"-n must be a positive rank count, got {given}")
+        return given
+    ntasks = os.environ.get("SLURM_NTASKS", "")
+    if ntasks.isdigit():
+        return int(ntasks)
+    if cfg.checkpoint.resume:
+        wrote = manifest_ranks(Path(cfg.output.dir) / cfg.run_name())
+        if wrote is not None:
+            return wrote
+    needed = ranks_needed(cfg)
+    if needed.isdigit():
+        return int(needed)
+    raise ConfigError(f"give the job's rank count with -n N (this config takes {needed} ranks)")
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = run_config(args.config, list(args.overrides), args.resume, "fedsheaf check")
+    n = job_ranks(args.ranks, cfg)
+    verdict = check_job(cfg, n)
+    for warning in verdict.warnings:
+        print(warning)
+    print(f"fedsheaf check: ok for {count(n, 'rank')}: {verdict.run}")
+    print(f"fedsheaf check: {verdict.action}")
+    return 0

@@ -1,0 +1,270 @@
+"""What a run checks before it trains, without MPI: the rank count, the run directory.
+
+The runtime (:mod:`fedsheaf.runtime.launch` and friends) runs these checks collectively
+on its ranks; ``fedsheaf check`` runs the same ones in one process for a given rank
+count, so that a batch job's config can be checked on a login node before it queues.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from fedsheaf import checkpoint, experiment
+from fedsheaf.algorithms import agent_class
+from fedsheaf.algorithms.federated import FEDERATED
+from fedsheaf.algorithms.federated.protocol import n_selected
+from fedsheaf.config import (
+    GRAPH_COPY,
+    ExperimentConfig,
+    check_resume,
+    load_config,
+    load_run_config,
+    resume_changes,
+    resume_config,
+)
+from fedsheaf.data.sources import Dataset
+from fedsheaf.errors import ConfigError
+from fedsheaf.graphs import Graph, load_graph
+from fedsheaf.hostinfo import singleton_hint
+from fedsheaf.results import RUN_FILES, check_not_foreign, check_run_files, refuse_finished
+from fedsheaf.units import count
+
+
+def run_config(
+    config_path: str | None,
+    overrides: list[str],
+    resume_dir: str | None,
+    command: str = "fedsheaf run",
+) -> ExperimentConfig:
+    """The config of ``fedsheaf run CONFIG [overrides]`` or ``fedsheaf run --resume RUN_DIR
+    [overrides]`` (and of ``fedsheaf check``)."""
+    if resume_dir is not None and config_path is not None and "=" in config_path:
+        config_path, overrides = None, [config_path, *overrides]  # argparse took an override
+    if resume_dir is None and config_path is None:
+        raise ConfigError(f"{command} needs a CONFIG file or --resume RUN_DIR")
+    if resume_dir is not None and config_path is not None:
+        raise ConfigError(f"give a CONFIG file or --resume RUN_DIR, not both ({config_path})")
+    if resume_dir is not None:
+        return resume_config(resume_dir, overrides)
+    return load_config(config_path, overrides)
+
+
+def run_length(cfg: ExperimentConfig) -> tuple[int, str, str]:
+    """How long ``cfg``'s run is: (count, unit, the config key that sets it)."""
+    if cfg.decentralized or cfg.hub_based:
+        return cfg.train.epochs, "epoch", "train.epochs"
+    return cfg.federated.rounds, "round", "federated.rounds"
+
+
+def per_round(cfg: ExperimentConfig) -> int:
+    """How many clients train in each round of a server-based run (every one for Local)."""
+    fc = cfg.federated
+    return n_selected(fc.clients, FEDERATED[cfg.algorithm](fc).participation())
+
+
+def hub_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:
+    """FedProto, FedMuscle: the graph, checked against a job of one rank per agent plus
+    the server's."""
+    n = load_graph(cfg.graph).n
+    if n_ranks != n + 1:
+        raise ConfigError(
+            f"algorithm {cfg.algorithm} needs one rank per agent plus a server rank: "
+            f"launch with mpiexec -n {n + 1} (the job has {count(n_ranks, 'rank')})"
+            + singleton_hint(n_ranks)
+        )
+    return experiment.build_graph(cfg, n)
+
+
+def ranks_needed(cfg: ExperimentConfig) -> str:
+    """The rank counts ``cfg`` can run with, as ``mpiexec -n`` takes them."""
+    if cfg.decentralized or cfg.hub_based:
+        n = load_graph(cfg.graph).n
+        return str(n + 1 if cfg.hub_based else n)
+    return f"2 to {cfg.federated.clients + 1}"
+
+
+def describe_graph_run(cfg: ExperimentConfig, graph: Graph, ds: Dataset, steps: int) -> str:
+    """A decentralized (or hub) run in words: the start of its first log line."""
+    return (
+        f"{cfg.algorithm} '{cfg.name}' on {graph.name} ({count(graph.n, 'agent')}, "
+        f"{count(len(graph.edges), 'edge')}), {ds.name} "
+        f"s={cfg.data.shift}, {count(cfg.train.epochs, 'epoch')} x {count(steps, 'step')}"
+    )
+
+
+def finished_note(cfg: ExperimentConfig) -> str | None:
+    """What to say instead of running, when ``cfg`` resumes a run that has already
+    finished at its length (a requeued batch job, a job-array line run again)."""
+    path = Path(cfg.output.dir) / cfg.run_name()
+    if not (cfg.checkpoint.resume and (path / "summary.json").is_file()):
+        return None
+    try:
+        saved = load_run_config(path / "config.yaml")
+    except ConfigError:
+        return None  # check_run_dir says what is wrong
+    done, unit, key = run_length(saved)
+    wanted = run_length(cfg)[0]
+    if resume_changes(saved, cfg, path / GRAPH_COPY) or wanted > done:
+        return None  # another experiment (check_run_dir says so), or to be trained longer
+    asked = "" if wanted == done else f", more than the {wanted} asked for"
+    return (
+        f"fedsheaf: {path} has already finished its {count(done, unit)}{asked}; nothing to "
+        f"do (to train it longer, resume it with {key} greater than {done})"
+    )
+
+
+def check_run_dir(cfg: ExperimentConfig, path: Path) -> None:
+    """Refuse to start over an unfinished run by accident, to write into a directory
+    that is not a run's, or to resume another experiment. Changes nothing."""
+    check_not_foreign(path)
+    check_run_files(path)
+    if not cfg.checkpoint.resume:
+        if not cfg.output.overwrite:
+            checkpoint.check_fresh_start(path, False)
+    elif (path / "config.yaml").is_file():
+        saved = check_resume(path, cfg)
+        if (path / "summary.json").exists():
+            extend_finished(path, saved, cfg)
+    elif (path / "summary.json").exists():
+        raise ConfigError(
+            f"run directory {path} holds a finished run without its config.yaml, so it "
+            "cannot be resumed or extended; choose another output.name or pass "
+            "output.overwrite=true"
+        )
+    refuse_finished(path, cfg.output.overwrite, cfg.checkpoint.resume)
+
+
+def extend_finished(path: Path, saved: ExperimentConfig, cfg: ExperimentConfig) -> None:
+    """Resuming the finished run in ``path`` (saved with ``saved``) under ``cfg``, which
+    asks for a greater length (:func:`finished_note` ends the others): refuse unless it
+    has a checkpoint to continue from (else it would silently train again from the
+    start). Nothing in ``path`` changes here: the runtime's ``settle_config`` sets the
+    summary aside once a checkpoint has been read on every rank.
+
+    Training from the last checkpoint on is that of a run asked for the greater length
+    from the start (evaluation leaves the training state alone); the metrics differ only
+    where the shorter run evaluated its last epoch (round), which it always does.
+    """
+    key, wanted = run_length(saved)[2], run_length(cfg)[0]
+    if not (checkpoint.checkpoints_dir(path) / checkpoint.MANIFEST).is_file():
+        raise ConfigError(
+            f"{path} is a finished run with no checkpoint to continue from (it ran with "
+            f"checkpoint.every={saved.checkpoint.every}); run it again with {key}={wanted} "
+            "and output.overwrite=true"
+        )
+
+
+def resumable(cfg: ExperimentConfig, path: Path, n_ranks: int) -> list[checkpoint.Checkpoint]:
+    """The complete checkpoints of ``path`` written by a job of ``n_ranks``, newest first;
+    refuse one past the run's length (the run would end before it started), or a finished
+    run with none to continue from."""
+    length, unit, key = run_length(cfg)
+    found = checkpoint.complete(path, n_ranks)
+    if not found and (path / "summary.json").exists():
+        raise checkpoint.CheckpointError(
+            f"cannot extend the finished run {path}: it holds no complete "
+            "checkpoint to continue from; start over with output.overwrite=true"
+        )
+    if found and found[0].epoch > length:
+        raise checkpoint.CheckpointError(
+            f"cannot resume {path}: it is checkpointed after {unit} "
+            f"{found[0].epoch}, past the {length} {unit}s asked for; resume with "
+            f"{key} >= {found[0].epoch}"
+        )
+    return found
+
+
+@dataclass
+class Verdict:
+    """What ``fedsheaf check`` found: the run in words, its warnings, what it would do."""
+
+    run: str
+    warnings: list[str]
+    action: str
+
+
+def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
+    """Everything a job of ``n_ranks`` would check before its first step, in one process,
+    in the job's order: a run that has already finished (nothing to do), the rank count,
+    the graph, the data files, partition and shards, the algorithm and every model, and
+    the run directory (read, never written). Raises the error the job would stop with."""
+    cpu = torch.device("cpu")
+    warnings = []
+    ignored = cfg.ignored_settings()
+    if ignored:
+        warnings.append(f"fedsheaf: warning: {cfg.algorithm} does not read " + "; ".join(ignored))
+    note = finished_note(cfg)
+    if note is not None:
+        return Verdict(
+            f"{cfg.algorithm} '{cfg.name}', seed {cfg.seed}",
+            warnings,
+            note.removeprefix("fedsheaf: "),
+        )
+    if cfg.decentralized or cfg.hub_based:
+        graph = hub_graph(cfg, n_ranks) if cfg.hub_based else experiment.build_graph(cfg, n_ranks)
+        ds, part = experiment.load_and_partition(cfg)
+        algorithm = agent_class(cfg)
+        for agent in range(graph.n):
+            data = experiment.agent_data(ds, part, agent, cpu)
+            if agent == 0:  # (what it checks, the pilots, is the same on every agent)
+                algorithm.check(cfg, data)
+            experiment.agent_model(cfg, ds, agent, cpu)
+        steps = experiment.steps_per_epoch(cfg, part)
+        for warning in (
+            experiment.batch_warning(cfg, part),
+            experiment.graph_class_warning(cfg, graph),
+        ):
+            if warning is not None:
+                warnings.append(warning)
+        run = describe_graph_run(cfg, graph, ds, steps)
+    else:
+        fc = cfg.federated
+        task = FEDERATED[cfg.algorithm](fc).make_task(cfg)
+        task.check(n_ranks)
+        task.load_clients([0], cpu)
+        task.build_model()
+        run = (
+            f"{cfg.algorithm} '{cfg.name}': {fc.clients} clients on "
+            f"{count(n_ranks - 1, 'worker rank')}, {task.describe()}, "
+            f"{count(per_round(cfg), 'client')} per round, {count(fc.rounds, 'round')}"
+        )
+    return Verdict(f"{run}, seed {cfg.seed}", warnings, _action(cfg, n_ranks))
+
+
+def check_creatable(path: Path) -> None:
+    """Refuse a run directory the job could not create or write into (without creating
+    it): its nearest existing ancestor must be a directory this user may write into."""
+    near = next(p for p in (path, *path.parents) if p.exists())
+    if not near.is_dir():
+        raise ConfigError(
+            f"cannot create run directory {path}: {near} is a file; choose another output.dir"
+        )
+    if not os.access(near, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"cannot write into run directory {path}: {near} is not writable; choose "
+            "another output.dir"
+        )
+
+
+def _action(cfg: ExperimentConfig, n_ranks: int) -> str:
+    """What the job would do with its run directory (after :func:`check_run_dir`)."""
+    path = Path(cfg.output.dir) / cfg.run_name()
+    check_run_dir(cfg, path)
+    check_creatable(path)
+    held = [n for n in (*RUN_FILES, "checkpoints") if (path / n).exists()]
+    if not cfg.checkpoint.resume:
+        if held and cfg.output.overwrite:
+            return f"would replace the run in {path} (output.overwrite=true; it holds {held[0]})"
+        return f"would write a new run in {path}"
+    found = resumable(cfg, path, n_ranks)
+    unit = run_length(cfg)[1]
+    if not found:
+        if not held:
+            return f"would write a new run in {path} (nothing to resume there yet)"
+        return f"would start {path} again from {unit} 1 (it holds no complete checkpoint)"
+    how = "extend the finished run" if (path / "summary.json").exists() else "resume"
+    return f"would {how} {path} after {unit} {found[0].epoch}"

@@ -1,0 +1,187 @@
+"""``fedsheaf check``: a job's pre-flight checks in one process, writing nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fedsheaf import checkpoint, cli
+from fedsheaf.config import dump_config
+from fedsheaf.preflight import run_config
+
+QUICK = "configs/quickstart.yaml"
+
+
+def check(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(["check", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def out_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("SLURM_NTASKS", raising=False)
+    return tmp_path / "runs"
+
+
+def test_a_sound_config_is_described_and_nothing_is_written(capsys, out_dir):
+    code, out, err = check(capsys, QUICK, f"output.dir={out_dir}", "train.epochs=2")
+    assert (code, err) == (0, "")
+    first, second = out.splitlines()
+    assert first.startswith("fedsheaf check: ok for 4 ranks: sheaf_frl 'quickstart' on quick4")
+    assert "2 epochs x" in first and first.endswith("seed 0")
+    assert (
+        second == f"fedsheaf check: would write a new run in {out_dir}/quickstart-sheaf_frl-seed0"
+    )
+    assert not out_dir.exists()
+
+
+def test_it_does_not_import_mpi():
+    code = "import sys, fedsheaf.check_command, fedsheaf.preflight; print('mpi4py' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_the_job_error_is_one_line_and_exit_2(capsys, out_dir):
+    code, out, err = check(capsys, "-n", "5", QUICK, f"output.dir={out_dir}")
+    assert (code, out) == (2, "")
+    assert err.startswith("fedsheaf: error: graph graphs/quick4.yaml has 4 nodes but the job")
+    assert err.count("\n") == 1
+    code, _, err = check(capsys, QUICK, "data.dataset=mnist", "data.root=/nonexistent")
+    assert code == 2 and "not found under data root /nonexistent" in err
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [  # found by the job while it builds each agent's shard and its algorithm
+        (["data.limit=20"], "agent 0 has an empty val set"),
+        (
+            ["sheaf.pilot_strategy=stratified", "data.limit=300"],
+            "stratified pilot batch 30 needs 3 pilots per class",
+        ),
+    ],
+)
+def test_shards_and_the_algorithms_set_up_are_checked(capsys, out_dir, overrides, message):
+    code, out, err = check(capsys, QUICK, f"output.dir={out_dir}", *overrides)
+    assert (code, out) == (2, ""), out
+    assert err.startswith("fedsheaf: error: ") and message in err, err
+
+
+def test_a_run_directory_the_job_cannot_create_is_refused(capsys, tmp_path):
+    (tmp_path / "afile").write_text("not a directory\n")
+    code, _, err = check(capsys, QUICK, f"output.dir={tmp_path / 'afile' / 'runs'}")
+    assert code == 2
+    assert f"cannot create run directory {tmp_path}/afile/runs/quickstart-sheaf_frl-seed0: " in err
+    assert f"{tmp_path}/afile is a file" in err
+
+
+def test_server_based_needs_a_rank_count_or_takes_the_allocations(capsys, out_dir, monkeypatch):
+    args = (
+        "configs/head_fedavg_diabetes3.yaml",
+        f"output.dir={out_dir}",
+        "federated.rounds=2",
+    )
+    code, _, err = check(capsys, *args)
+    assert code == 2 and "give the job's rank count with -n N (this config takes 2 to 4" in err
+    code, _, err = check(capsys, "-n", "1", *args)
+    assert code == 2 and "needs at least 2 ranks" in err
+    monkeypatch.setenv("SLURM_NTASKS", "3")
+    code, out, err = check(capsys, *args)
+    assert code == 0, err
+    assert out.startswith("fedsheaf check: ok for 3 ranks: head_fedavg")
+    assert "3 clients on 2 worker ranks" in out and "2 rounds" in out
+
+
+def test_hub_methods_count_the_server_rank(capsys, out_dir, tmp_path):
+    nodes = [{"id": i, "dim": 16} for i in range(3)]
+    graph = {"name": "tri", "nodes": nodes, "edges": [[0, 1], [1, 2], [0, 2]]}
+    (tmp_path / "g.yaml").write_text(json.dumps(graph))
+    cfg = {
+        "name": "hub",
+        "graph": str(tmp_path / "g.yaml"),
+        "data": {"dataset": "digits"},
+        "agents": [{"encoder": [8, 16], "head": [16], "classes": list(range(10))}] * 3,
+        "output": {"dir": str(out_dir)},
+    }
+    (tmp_path / "hub.yaml").write_text(json.dumps(cfg))
+    args = (str(tmp_path / "hub.yaml"), "algorithm=fedmuscle")
+    code, out, err = check(capsys, *args)
+    assert code == 0, err
+    assert out.startswith("fedsheaf check: ok for 4 ranks: fedmuscle 'hub' on tri (3 agents")
+    code, _, err = check(capsys, "-n", "3", *args)
+    assert code == 2 and "plus a server rank: launch with mpiexec -n 4" in err
+
+
+def test_the_run_directory_is_checked_as_the_job_would(capsys, out_dir):
+    run = out_dir / "quickstart-sheaf_frl-seed0"
+    base = (QUICK, f"output.dir={out_dir}", "train.epochs=3")
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    code, _, err = check(capsys, *base)
+    assert code == 2 and "holds an unfinished run" in err
+    code, out, _ = check(capsys, *base, "output.overwrite=true")
+    assert code == 0 and f"would replace the run in {run}" in out
+    assert (run / "metrics.jsonl").exists()  # nothing removed
+
+    # an unfinished run with a complete checkpoint after epoch 2, written by 4 ranks
+    cfg = run_config(QUICK, [f"output.dir={out_dir}", "train.epochs=3"], None)
+    (run / "config.yaml").write_text(dump_config(cfg))
+    for rank in range(4):
+        checkpoint.save_rank(run, 2, rank, {"algorithm": {}})
+    checkpoint.commit(run, 2, 4)
+    code, out, err = check(capsys, "--resume", str(run))
+    assert code == 0, err
+    assert out.splitlines()[-1] == f"fedsheaf check: would resume {run} after epoch 2"
+    code, _, err = check(capsys, "--resume", str(run), "-n", "3")
+    assert code == 2 and "has 4 nodes but the job has 3 ranks" in err
+    code, _, err = check(capsys, "--resume", str(run), "train.epochs=1")
+    assert code == 2 and "checkpointed after epoch 2, past the 1 epochs" in err
+    code, _, err = check(capsys, "--resume", str(run), "sheaf.lam=0.5")
+    assert code == 2 and "cannot resume" in err and "sheaf.lam" in err
+
+    (run / "summary.json").write_text(json.dumps({"private_acc": 0.5}))
+    code, out, err = check(capsys, "--resume", str(run))
+    assert code == 0, err
+    assert f"{run} has already finished its 3 epochs; nothing to do" in out
+    code, out, err = check(capsys, "--resume", str(run), "train.epochs=5")
+    assert code == 0, err
+    assert (
+        out.splitlines()[-1] == f"fedsheaf check: would extend the finished run {run} after epoch 2"
+    )
+    code, _, err = check(capsys, *base)
+    assert code == 2 and "already holds a finished run" in err
+
+
+def test_resuming_where_nothing_is_yet_starts_a_new_run(capsys, out_dir):
+    code, out, err = check(capsys, QUICK, f"output.dir={out_dir}", "checkpoint.resume=true")
+    assert code == 0, err
+    run = out_dir / "quickstart-sheaf_frl-seed0"
+    assert out.splitlines()[-1] == (
+        f"fedsheaf check: would write a new run in {run} (nothing to resume there yet)"
+    )
+
+
+def test_a_server_based_resume_takes_the_checkpointing_jobs_rank_count(capsys, out_dir):
+    args = ["configs/head_fedavg_diabetes3.yaml", f"output.dir={out_dir}"]
+    cfg = run_config(args[0], args[1:], None)
+    run = out_dir / cfg.run_name()
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(dump_config(cfg))
+    for rank in range(3):
+        checkpoint.save_rank(run, 1, rank, {"rounds": {}})
+    checkpoint.commit(run, 1, 3)
+    code, out, err = check(capsys, "--resume", str(run))
+    assert code == 0, err
+    assert out.startswith("fedsheaf check: ok for 3 ranks: head_fedavg")
+    assert out.splitlines()[-1] == f"fedsheaf check: would resume {run} after round 1"
+
+
+def test_options_may_follow_the_config(capsys, out_dir):
+    code, out, err = check(capsys, QUICK, "-n", "4", f"output.dir={out_dir}", "seed=3")
+    assert code == 0, err
+    assert "seed 3" in out.splitlines()[0]
+    code, out, err = check(capsys, QUICK, "-n5", f"output.dir={out_dir}", "seed=3")
+    assert code == 2 and "has 4 nodes but the job has 5 ranks" in err
