@@ -15,7 +15,7 @@ from pathlib import Path
 from fedsheaf.checkpoint import manifest_ranks
 from fedsheaf.config import ExperimentConfig
 from fedsheaf.errors import ConfigError
-from fedsheaf.preflight import check_job, ranks_needed, run_config
+from fedsheaf.preflight import check_job, finished_note, ranks_needed, run_config
 from fedsheaf.units import count
 
 
@@ -43,32 +43,37 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
 
 
-def job_ranks(given: int | None, cfg: ExperimentConfig) -> int:
-    """The rank count to check: ``-n``, else the allocation's, else that of the job that
-    checkpointed the run being resumed, else the one the config needs."""
+def job_ranks(given: int | None, cfg: ExperimentConfig) -> tuple[int, str]:
+    """The rank count to check and where it came from: ``-n``, else the allocation's,
+    else that of the job that checkpointed the run being resumed, else the one the
+    config needs."""
     if given is not None:
         if given < 1:
             raise ConfigError(f"-n must be a positive rank count, got {given}")
-        return given
+        return given, ""
     ntasks = os.environ.get("SLURM_NTASKS", "")
     if ntasks.isdigit():
-        return int(ntasks)
+        return int(ntasks), " (SLURM_NTASKS; -n to check another count)"
     if cfg.checkpoint.resume:
         wrote = manifest_ranks(Path(cfg.output.dir) / cfg.run_name())
         if wrote is not None:
-            return wrote
+            return wrote, " (as the job that wrote its checkpoints; -n to check another count)"
     needed = ranks_needed(cfg)
     if needed.isdigit():
-        return int(needed)
+        return int(needed), ""
     raise ConfigError(f"give the job's rank count with -n N (this config takes {needed} ranks)")
 
 
 def run(args: argparse.Namespace) -> int:
     cfg = run_config(args.config, list(args.overrides), args.resume, "fedsheaf check")
-    n = job_ranks(args.ranks, cfg)
+    note = finished_note(cfg)  # the job says this before anything else, whatever its size
+    if note is not None:
+        print(f"fedsheaf check: {note.removeprefix('fedsheaf: ')}")
+        return 0
+    n, source = job_ranks(args.ranks, cfg)
     verdict = check_job(cfg, n)
     for warning in verdict.warnings:
         print(warning)
-    print(f"fedsheaf check: ok for {count(n, 'rank')}: {verdict.run}")
+    print(f"fedsheaf check: ok for {count(n, 'rank')}{source}: {verdict.run}")
     print(f"fedsheaf check: {verdict.action}")
     return 0

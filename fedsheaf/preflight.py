@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -30,7 +31,13 @@ from fedsheaf.data.sources import Dataset
 from fedsheaf.errors import ConfigError
 from fedsheaf.graphs import Graph, load_graph
 from fedsheaf.hostinfo import singleton_hint
-from fedsheaf.results import RUN_FILES, check_not_foreign, check_run_files, refuse_finished
+from fedsheaf.results import (
+    RUN_FILES,
+    check_not_foreign,
+    check_run_files,
+    read_metrics,
+    refuse_finished,
+)
 from fedsheaf.units import count
 
 
@@ -178,6 +185,24 @@ def resumable(cfg: ExperimentConfig, path: Path, n_ranks: int) -> list[checkpoin
     return found
 
 
+def refuse_unevaluated_end(run_path: Path, history: list[dict[str, Any]], length: int) -> None:
+    """Refuse to end a resumed run at an epoch its checkpoint holds no evaluation of.
+
+    A run shortened on resume to the epoch of its checkpoint (one stopped early, then
+    asked to end there) would train nothing more, and its summary would report an older
+    epoch's accuracies as the final ones.
+    """
+    if not checkpoint.unevaluated(history, range(length, length + 1), "epoch", "private_acc"):
+        return
+    older = [r["epoch"] for r in history if "private_acc" in r]
+    would = f"report epoch {older[-1]}'s accuracies as the final ones" if older else "hold none"
+    raise checkpoint.CheckpointError(
+        f"cannot end {run_path} at epoch {length}: its checkpoint there was taken without "
+        f"an evaluation (epoch {length} was not its last), so its summary would {would}; "
+        f"resume with train.epochs greater than {length}"
+    )
+
+
 @dataclass
 class Verdict:
     """What ``fedsheaf check`` found: the run in words, its warnings, what it would do."""
@@ -266,5 +291,11 @@ def _action(cfg: ExperimentConfig, n_ranks: int) -> str:
         if not held:
             return f"would write a new run in {path} (nothing to resume there yet)"
         return f"would start {path} again from {unit} 1 (it holds no complete checkpoint)"
+    if unit == "epoch" and found[0].epoch == run_length(cfg)[0]:  # as load_latest would
+        # (the job reads the checkpoint's copy of these records)
+        records = read_metrics(path / "metrics.jsonl") if held else []
+        refuse_unevaluated_end(
+            path, [r for r in records if r.get("epoch", 0) <= found[0].epoch], found[0].epoch
+        )
     how = "extend the finished run" if (path / "summary.json").exists() else "resume"
     return f"would {how} {path} after {unit} {found[0].epoch}"

@@ -268,7 +268,8 @@ def watch(
             return 1
         if stop is not None:  # nothing more until it is resumed (a requeued job, by hand)
             print(
-                f"{stop}, its checkpoint written; continue with: fedsheaf run --resume {run_dir}",
+                f"{stop}, its checkpoint written; a requeued job continues it, or: "
+                f"fedsheaf run --resume {run_dir}",
                 file=out,
                 flush=True,
             )

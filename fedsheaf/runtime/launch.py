@@ -22,6 +22,7 @@ from fedsheaf.preflight import (
     check_run_dir,
     describe_graph_run,
     finished_note,
+    refuse_unevaluated_end,
     resumable,
     run_config,
     run_length,
@@ -248,24 +249,6 @@ def restore(
         recorder.restore(history)
         checkpoint.cut_back(run_path, None if ckpt is None else ckpt.epoch, history)
     return 0 if ckpt is None else ckpt.epoch
-
-
-def refuse_unevaluated_end(run_path: Path, history: list[dict[str, Any]], length: int) -> None:
-    """Refuse to end a resumed run at an epoch its checkpoint holds no evaluation of.
-
-    A run shortened on resume to the epoch of its checkpoint (one stopped early, then
-    asked to end there) would train nothing more, and its summary would report an older
-    epoch's accuracies as the final ones.
-    """
-    if not checkpoint.unevaluated(history, range(length, length + 1), "epoch", "private_acc"):
-        return
-    older = [r["epoch"] for r in history if "private_acc" in r]
-    would = f"report epoch {older[-1]}'s accuracies as the final ones" if older else "hold none"
-    raise checkpoint.CheckpointError(
-        f"cannot end {run_path} at epoch {length}: its checkpoint there was taken without "
-        f"an evaluation (epoch {length} was not its last), so its summary would {would}; "
-        f"resume with train.epochs greater than {length}"
-    )
 
 
 def checkpointer(

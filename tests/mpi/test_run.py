@@ -105,7 +105,6 @@ def test_small_meshes_start_train_and_finish(mpirun, tmp_path, n, dims, algorith
     [
         (5, [], "graph graphs/quick4.yaml has 4 nodes but the job has 5 ranks"),
         (4, ["train.epoch=3"], "unknown config key 'train.epoch' (did you mean 'epochs'?)"),
-        (4, ["sheaf.lam=-1"], "config key 'sheaf.lam' must be >= 0.0"),
         (
             4,
             ["data.dataset=fashionmnist", "data.root=/nonexistent"],

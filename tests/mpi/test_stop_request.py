@@ -125,6 +125,7 @@ def test_a_server_based_run_stops_after_a_round(tmp_path, fmnist_root):
     resumed = run_mpi(3, [*resume, f"federated.rounds={done + 2}"])
     assert resumed.returncode == 0, resumed.stderr
     assert f"after round {done}" in resumed.stdout
+    assert not (run / STOP_FILE).exists()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["rounds"] == done + 2 and summary["score_rounds"] == [done + 1, done + 2]
     scored = [r["acc"] for r in _records(run) if r["round"] > done and not r["final"]]
@@ -154,3 +155,4 @@ def test_a_hub_run_stops_with_its_server(tmp_path):
     resumed = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), longer])
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((run / "summary.json").read_text())["epoch"] == done + 1
+    assert not (run / STOP_FILE).exists()

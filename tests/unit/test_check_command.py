@@ -91,7 +91,7 @@ def test_server_based_needs_a_rank_count_or_takes_the_allocations(capsys, out_di
     monkeypatch.setenv("SLURM_NTASKS", "3")
     code, out, err = check(capsys, *args)
     assert code == 0, err
-    assert out.startswith("fedsheaf check: ok for 3 ranks: head_fedavg")
+    assert out.startswith("fedsheaf check: ok for 3 ranks (SLURM_NTASKS; -n to check another")
     assert "3 clients on 2 worker ranks" in out and "2 rounds" in out
 
 
@@ -139,6 +139,12 @@ def test_the_run_directory_is_checked_as_the_job_would(capsys, out_dir):
     assert code == 2 and "has 4 nodes but the job has 3 ranks" in err
     code, _, err = check(capsys, "--resume", str(run), "train.epochs=1")
     assert code == 2 and "checkpointed after epoch 2, past the 1 epochs" in err
+    # ended at its checkpoint's epoch, which was not evaluated: refused, as the job would
+    (run / "metrics.jsonl").write_text('{"epoch": 1, "private_acc": 0.5}\n{"epoch": 2}\n')
+    code, _, err = check(capsys, "--resume", str(run), "train.epochs=2")
+    assert code == 2, err
+    assert f"cannot end {run} at epoch 2: its checkpoint there was taken without" in err
+    assert "report epoch 1's accuracies as the final ones" in err
     code, _, err = check(capsys, "--resume", str(run), "sheaf.lam=0.5")
     assert code == 2 and "cannot resume" in err and "sheaf.lam" in err
 
@@ -175,7 +181,7 @@ def test_a_server_based_resume_takes_the_checkpointing_jobs_rank_count(capsys, o
     checkpoint.commit(run, 1, 3)
     code, out, err = check(capsys, "--resume", str(run))
     assert code == 0, err
-    assert out.startswith("fedsheaf check: ok for 3 ranks: head_fedavg")
+    assert out.startswith("fedsheaf check: ok for 3 ranks (as the job that wrote its checkpoints")
     assert out.splitlines()[-1] == f"fedsheaf check: would resume {run} after round 1"
 
 

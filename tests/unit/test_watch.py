@@ -366,8 +366,8 @@ def test_a_run_stopped_on_request_is_stopped_until_resumed(tmp_path):
         out = io.StringIO()
         assert watch(path, once=once, interval=0.01, out=out) == STOPPED
         assert out.getvalue().splitlines()[-1] == (
-            f"stopped on SIGUSR1 after epoch 4, its checkpoint written; continue with: "
-            f"fedsheaf run --resume {path}"
+            f"stopped on SIGUSR1 after epoch 4, its checkpoint written; a requeued job "
+            f"continues it, or: fedsheaf run --resume {path}"
         )
     settle_config(RunDir(path, extend=True), load_run_config(path / "config.yaml"))
     assert not (path / STOP_FILE).exists() and run_row(load_run(path))["status"] == "running"
