@@ -21,6 +21,15 @@ def check(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
+def checkpointed(run, config: str, overrides: list[str], after: int, ranks: int) -> None:
+    """Give ``run`` the resolved config and a complete checkpoint after ``after``, written
+    by ``ranks`` ranks (the files a job leaves; their contents are not read by check)."""
+    (run / "config.yaml").write_text(dump_config(run_config(config, overrides, None)))
+    for rank in range(ranks):
+        checkpoint.save_rank(run, after, rank, {})
+    checkpoint.commit(run, after, ranks)
+
+
 @pytest.fixture
 def out_dir(tmp_path, monkeypatch):
     monkeypatch.delenv("SLURM_NTASKS", raising=False)
@@ -127,11 +136,7 @@ def test_the_run_directory_is_checked_as_the_job_would(capsys, out_dir):
     assert (run / "metrics.jsonl").exists()  # nothing removed
 
     # an unfinished run with a complete checkpoint after epoch 2, written by 4 ranks
-    cfg = run_config(QUICK, [f"output.dir={out_dir}", "train.epochs=3"], None)
-    (run / "config.yaml").write_text(dump_config(cfg))
-    for rank in range(4):
-        checkpoint.save_rank(run, 2, rank, {"algorithm": {}})
-    checkpoint.commit(run, 2, 4)
+    checkpointed(run, QUICK, [f"output.dir={out_dir}", "train.epochs=3"], after=2, ranks=4)
     code, out, err = check(capsys, "--resume", str(run))
     assert code == 0, err
     assert out.splitlines()[-1] == f"fedsheaf check: would resume {run} after epoch 2"
@@ -171,14 +176,9 @@ def test_resuming_where_nothing_is_yet_starts_a_new_run(capsys, out_dir):
 
 
 def test_a_server_based_resume_takes_the_checkpointing_jobs_rank_count(capsys, out_dir):
-    args = ["configs/head_fedavg_diabetes3.yaml", f"output.dir={out_dir}"]
-    cfg = run_config(args[0], args[1:], None)
-    run = out_dir / cfg.run_name()
+    run = out_dir / "head_fedavg_diabetes3-head_fedavg-seed0"
     run.mkdir(parents=True)
-    (run / "config.yaml").write_text(dump_config(cfg))
-    for rank in range(3):
-        checkpoint.save_rank(run, 1, rank, {"rounds": {}})
-    checkpoint.commit(run, 1, 3)
+    checkpointed(run, "configs/head_fedavg_diabetes3.yaml", [f"output.dir={out_dir}"], 1, 3)
     code, out, err = check(capsys, "--resume", str(run))
     assert code == 0, err
     assert out.startswith("fedsheaf check: ok for 3 ranks (as the job that wrote its checkpoints")
