@@ -181,9 +181,7 @@ def options_first(argv: list[str]) -> list[str]:
             options += rest[i : i + 2]
             i += 2
             continue
-        glued = arg.startswith(tuple(f"{v}=" for v in valued if v.startswith("--"))) or any(
-            arg.startswith(v) and arg[len(v) :].isdigit() for v in valued if len(v) == 2
-        )  # --resume=DIR, -n4
+        glued = arg.split("=", 1)[0] in valued or (arg[:2] in valued and arg[2:].isdigit())
         (options if glued else positionals).append(arg)
         i += 1
     return head + options + positionals

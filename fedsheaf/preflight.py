@@ -1,4 +1,5 @@
-"""What a run checks before it trains, without MPI: the rank count, the run directory.
+"""What a run checks before it trains, without MPI: the rank count, graph, data, shards,
+algorithm set-up and models, and the run directory.
 
 The runtime (:mod:`fedsheaf.runtime.launch` and friends) runs these checks collectively
 on its ranks; ``fedsheaf check`` runs the same ones in one process for a given rank
@@ -101,6 +102,14 @@ def describe_graph_run(cfg: ExperimentConfig, graph: Graph, ds: Dataset, steps: 
         f"{count(len(graph.edges), 'edge')}), {ds.name} "
         f"s={cfg.data.shift}, {count(cfg.train.epochs, 'epoch')} x {count(steps, 'step')}"
     )
+
+
+def ignored_warning(cfg: ExperimentConfig) -> str | None:
+    """The start-up warning naming the settings ``cfg``'s algorithm never reads."""
+    ignored = cfg.ignored_settings()
+    if not ignored:
+        return None
+    return f"fedsheaf: warning: {cfg.algorithm} does not read " + "; ".join(ignored)
 
 
 def finished_note(cfg: ExperimentConfig) -> str | None:
@@ -214,21 +223,11 @@ class Verdict:
 
 def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
     """Everything a job of ``n_ranks`` would check before its first step, in one process,
-    in the job's order: a run that has already finished (nothing to do), the rank count,
-    the graph, the data files, partition and shards, the algorithm and every model, and
-    the run directory (read, never written). Raises the error the job would stop with."""
+    in the job's order (once :func:`finished_note` has found nothing to say): the rank
+    count, the graph, the data files, partition and shards, the algorithm and every model,
+    and the run directory (read, never written). Raises the error the job would stop with."""
     cpu = torch.device("cpu")
-    warnings = []
-    ignored = cfg.ignored_settings()
-    if ignored:
-        warnings.append(f"fedsheaf: warning: {cfg.algorithm} does not read " + "; ".join(ignored))
-    note = finished_note(cfg)
-    if note is not None:
-        return Verdict(
-            f"{cfg.algorithm} '{cfg.name}', seed {cfg.seed}",
-            warnings,
-            note.removeprefix("fedsheaf: "),
-        )
+    warnings = [w for w in (ignored_warning(cfg),) if w is not None]
     if cfg.decentralized or cfg.hub_based:
         graph = hub_graph(cfg, n_ranks) if cfg.hub_based else experiment.build_graph(cfg, n_ranks)
         ds, part = experiment.load_and_partition(cfg)

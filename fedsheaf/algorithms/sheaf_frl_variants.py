@@ -49,7 +49,8 @@ class TransportedSheafFRL(SheafFRL):
         self.out_maps = {j: self.initial_map(j).to(agent.device) for j in nbr.neighbours}
         self.msg_shapes = [(self.stalk[j], self.pilots.columns) for j in nbr.neighbours]
         self.refreshes = 0
-        self.eval_maps = self.out_maps  # what communication accuracy transports with
+        #: the strict per-step variant's maps refitted for evaluation (else ``out_maps``)
+        self.eval_maps: dict[int, torch.Tensor] | None = None
 
     # ---- what the variants decide -------------------------------------------
     def initial_map(self, j: int) -> torch.Tensor:
@@ -100,14 +101,11 @@ class TransportedSheafFRL(SheafFRL):
         self.refreshes += 1
         self.window.reset()
 
-    def prepare_transport(self) -> None:
-        self.eval_maps = self.out_maps
-
     @torch.no_grad()
     def communication_accuracy(self, x: torch.Tensor, y: torch.Tensor) -> dict[int, float]:
         z = self.latents(x)
         labels = y.to(z.dtype).unsqueeze(1)
-        maps = self.eval_maps
+        maps = self.eval_maps or self.out_maps
         received = self.nbr.exchange_each(
             [torch.cat([z @ maps[j].T, labels], dim=1) for j in self.nbr.neighbours],
             device=self.agent.device,
@@ -160,7 +158,6 @@ class StrictSheafFRL(TransportedSheafFRL):
 
     @torch.no_grad()
     def prepare_transport(self) -> None:
-        super().prepare_transport()
         if self.cfg.sheaf.map_refresh != "step":
             return  # window refits alternate: the two ends' maps already match
         self.model.eval()

@@ -22,6 +22,7 @@ from fedsheaf.preflight import (
     check_run_dir,
     describe_graph_run,
     finished_note,
+    ignored_warning,
     refuse_unevaluated_end,
     resumable,
     run_config,
@@ -188,13 +189,13 @@ def load_latest(job: World, cfg: ExperimentConfig, run_path: Path) -> Loaded:
     and this rank's state in it.
 
     A checkpoint with a damaged file (a disk that filled up, a copy cut short) is
-    skipped for the one before it, with a note. A checkpoint past ``length`` (the
+    skipped for the one before it, with a note. A checkpoint past the run's length (the
     config's epochs or rounds) is an error: the run would end before it started; so is,
-    for epochs, one at ``length`` that was not evaluated (:func:`refuse_unevaluated_end`;
-    rounds: ``Rounds`` checks its score window).
+    for epochs, one at that length that was not evaluated
+    (:func:`~fedsheaf.preflight.refuse_unevaluated_end`; rounds: ``Rounds`` checks its
+    score window).
     """
     length, unit, _ = run_length(cfg)
-
     candidates = job.bcast(
         job.agree(lambda: resumable(cfg, run_path, job.size) if job.is_root else None)
     )
@@ -285,9 +286,9 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
     world = init_world()
     cfg = world.agree(lambda: run_config(config_path, overrides, resume_dir))
     stop_request.install(checkpoints=cfg.checkpoint.every > 0)  # again, now MPI is up
-    ignored = cfg.ignored_settings()
-    if ignored:
-        world.log(f"fedsheaf: warning: {cfg.algorithm} does not read " + "; ".join(ignored))
+    warning = ignored_warning(cfg)
+    if warning is not None:
+        world.log(warning)
     note = world.bcast(world.agree(lambda: finished_note(cfg) if world.is_root else None))
     if note is not None:
         world.log(note)
@@ -298,8 +299,9 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
         world.agree(lambda: refuse_unusable_gpus() if world.device.type == "cpu" else None)
     if cfg.data.download:  # rank 0 first, alone; then one rank per node (node-local roots)
         world.agree(lambda: experiment.fetch_data(cfg) if world.is_root else None)
-        first_on_node = world.local_rank == 0 and not world.is_root
-        world.agree(lambda: experiment.fetch_data(cfg) if first_on_node else None)
+        if world.local_size < world.size:  # several nodes
+            first_on_node = world.local_rank == 0 and not world.is_root
+            world.agree(lambda: experiment.fetch_data(cfg) if first_on_node else None)
     try:
         if cfg.decentralized:
             run_decentralized(cfg, world)
