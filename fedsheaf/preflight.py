@@ -227,7 +227,7 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
     count, the graph, the data files, partition and shards, the algorithm and every model,
     and the run directory (read, never written). Raises the error the job would stop with."""
     cpu = torch.device("cpu")
-    warnings = [w for w in (ignored_warning(cfg),) if w is not None]
+    warnings = [ignored_warning(cfg)]
     if cfg.decentralized or cfg.hub_based:
         graph = hub_graph(cfg, n_ranks) if cfg.hub_based else experiment.build_graph(cfg, n_ranks)
         ds, part = experiment.load_and_partition(cfg)
@@ -238,12 +238,10 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
                 algorithm.check(cfg, data)
             experiment.agent_model(cfg, ds, agent, cpu)
         steps = experiment.steps_per_epoch(cfg, part)
-        for warning in (
+        warnings += [
             experiment.batch_warning(cfg, part),
             experiment.graph_class_warning(cfg, graph),
-        ):
-            if warning is not None:
-                warnings.append(warning)
+        ]
         run = describe_graph_run(cfg, graph, ds, steps)
     else:
         fc = cfg.federated
@@ -256,7 +254,8 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
             f"{count(n_ranks - 1, 'worker rank')}, {task.describe()}, "
             f"{count(per_round(cfg), 'client')} per round, {count(fc.rounds, 'round')}"
         )
-    return Verdict(f"{run}, seed {cfg.seed}", warnings, _action(cfg, n_ranks))
+    shown = [w for w in warnings if w is not None]
+    return Verdict(f"{run}, seed {cfg.seed}", shown, _action(cfg, n_ranks))
 
 
 def check_creatable(path: Path) -> None:
@@ -292,7 +291,8 @@ def _action(cfg: ExperimentConfig, n_ranks: int) -> str:
         return f"would start {path} again from {unit} 1 (it holds no complete checkpoint)"
     if unit == "epoch" and found[0].epoch == run_length(cfg)[0]:  # as load_latest would
         # (the job reads the checkpoint's copy of these records)
-        records = read_metrics(path / "metrics.jsonl") if held else []
+        metrics = path / "metrics.jsonl"
+        records = read_metrics(metrics) if metrics.is_file() else []
         refuse_unevaluated_end(
             path, [r for r in records if r.get("epoch", 0) <= found[0].epoch], found[0].epoch
         )
