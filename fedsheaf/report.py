@@ -9,7 +9,8 @@ of validation private and communication accuracy — never by test numbers. The 
 reports the chosen grid point's **test** accuracies as mean ± std over seeds.
 
 ``fedsheaf report`` also writes a per-run table and learning-curve / bytes figures
-for any mix of run directories, both families (:mod:`fedsheaf.report_runs`).
+for any mix of run directories, both families, and the server-based runs' means over
+seeds per setting (:mod:`fedsheaf.report_runs`).
 
 Method names and grid keys come from the sweep's ``study.json`` when there is one;
 otherwise the method is the algorithm (plus a non-default Sheaf-FRL variant, pilot
@@ -30,7 +31,7 @@ from typing import Any
 
 from fedsheaf.config import flat_keys, read_yaml
 from fedsheaf.errors import ConfigError
-from fedsheaf.report_runs import readable
+from fedsheaf.report_runs import readable, seed_independent
 from fedsheaf.results import atomic_write_text, outermost_runs, read_json_object, save_figure
 
 METRICS = ("private_acc", "comm_acc", "comm_acc_deg")
@@ -189,22 +190,6 @@ def warn_repeated_seeds(records: list[RunRecord]) -> None:
             )
 
 
-#: Config keys that may differ between the seeds of one setting: they change no number
-#: (where files go, checkpointing, evaluation cadence, exchange overlap), or, for the
-#: device, only as another device's arithmetic and random streams do.
-SEED_INDEPENDENT = (
-    "seed",
-    "name",
-    "output.",
-    "checkpoint.",
-    "train.eval_every",
-    "train.device",
-    "data.root",
-    "data.download",
-    "sheaf.overlap_exchange",
-)
-
-
 def warn_mixed_experiments(records: list[RunRecord]) -> None:
     """Say where runs averaged as the seeds of one setting (same method, setting and
     grid point) differ in anything but the seed and where their files go: the table
@@ -218,8 +203,7 @@ def warn_mixed_experiments(records: list[RunRecord]) -> None:
         differ = [
             k
             for k in keys
-            if not any(k == p or (p.endswith(".") and k.startswith(p)) for p in SEED_INDEPENDENT)
-            and len({repr(r.config.get(k)) for r in group}) > 1
+            if not seed_independent(k) and len({repr(r.config.get(k)) for r in group}) > 1
         ]
         if not differ:
             continue
@@ -419,7 +403,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Turn run directories (of either family, or folders holding them) into a per-run "
         "table (runs_table.md/.csv), learning curves and bytes-per-round figures; for "
-        "decentralized runs also the study comparison (λ picked per method and setting "
+        "server-based runs also their means over seeds per setting (server_means.md/.csv); "
+        "for decentralized runs also the study comparison (λ picked per method and setting "
         "by validation score) and accuracy vs s / vs d figures."
     )
     parser.add_argument("paths", nargs="+", help="run directories or folders holding them")
@@ -429,7 +414,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedsheaf.report_runs import find_runs, runs_table_markdown, write_runs_report
+    from fedsheaf.report_runs import (
+        find_runs,
+        runs_table_markdown,
+        server_means_markdown,
+        server_seed_groups,
+        server_seed_means,
+        write_runs_report,
+    )
 
     runs = find_runs(args.paths)
     out = (
@@ -438,7 +430,8 @@ def run(args: argparse.Namespace) -> int:
         else (Path(args.paths[0]) / "report" if len(args.paths) == 1 else Path("report"))
     )
     warn_unfinished(args.paths, {r.path.resolve() for r in runs if r.summary is not None})
-    written = write_runs_report(runs, out)
+    means = server_seed_means(server_seed_groups(runs))
+    written = write_runs_report(runs, out, means)
     study = [r.path for r in runs if r.family == "decentralized" and r.summary is not None]
     records = collect(study) if study else []
     if records:
@@ -446,6 +439,8 @@ def run(args: argparse.Namespace) -> int:
     for path in written:
         print(path)
     print(runs_table_markdown(runs), end="")
+    if means:
+        print("\n" + server_means_markdown(means), end="")
     if records:
         print("\n## Comparison\n\n" + markdown(select(records)), end="")
     return 0

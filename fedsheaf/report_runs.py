@@ -18,13 +18,14 @@ from __future__ import annotations
 import csv
 import io
 import math
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fedsheaf.config import SERVER_BASED, read_yaml
+from fedsheaf.config import SERVER_BASED, flat_keys, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import (
     atomic_write_text,
@@ -38,6 +39,23 @@ from fedsheaf.results import (
 from fedsheaf.units import count, human_bytes
 
 T = TypeVar("T")
+
+#: Config keys that may differ between the seeds of one setting: they change no number
+#: (where files go, checkpointing, evaluation cadence, exchange overlap, where a server's
+#: clients train), or, for the device, only as another device's arithmetic and random
+#: streams do.
+SEED_INDEPENDENT = (
+    "seed",
+    "name",
+    "output.",
+    "checkpoint.",
+    "train.eval_every",
+    "train.device",
+    "data.root",
+    "data.download",
+    "sheaf.overlap_exchange",
+    "federated.placement",
+)
 
 DECENTRALIZED_COLS = ("private_acc", "comm_acc", "comm_acc_deg", "score_val")
 SERVER_COLS = ("acc", "score", "final_acc", "test_mse", "gram_err_star")
@@ -126,6 +144,11 @@ def readable(dirs: list[Path], read: Callable[[Path], T]) -> list[T]:
     if skipped and not out:
         raise ConfigError(skipped[0])
     return out
+
+
+def seed_independent(key: str) -> bool:
+    """Whether the dotted config ``key`` may differ between the seeds of one setting."""
+    return any(key == p or (p.endswith(".") and key.startswith(p)) for p in SEED_INDEPENDENT)
 
 
 def _with_acc(records: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
@@ -392,11 +415,142 @@ def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
     return save_figure(fig, path, dpi=110)
 
 
-def write_runs_report(runs: list[RunInfo], out: Path) -> list[Path]:
-    """Write runs_table.md/.csv, learning_curves.png and bytes_per_round.png under ``out``."""
+#: The server-based numbers :func:`server_seed_means` averages over seeds.
+SERVER_MEAN_COLS = ("score", "acc", "final_acc", "test_mse", "gram_err_star")
+
+
+@dataclass
+class SeedGroup:
+    """The finished server-based runs of one setting: equal configs but for the seed
+    (and :data:`SEED_INDEPENDENT` keys)."""
+
+    algorithm: str
+    #: what sets the group apart from the other groups of its algorithm (``k=v, ...``)
+    setting: str
+    runs: list[RunInfo]
+
+    @property
+    def seeds(self) -> list[Any]:
+        return [r.config.get("seed") for r in self.runs]
+
+    @property
+    def score_is(self) -> str:
+        return str((self.runs[0].summary or {}).get("score_is") or "–")
+
+
+def _plain(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _setting_items(run: RunInfo) -> dict[str, Any]:
+    return {k: v for k, v in flat_keys(run.config).items() if not seed_independent(k)}
+
+
+def server_seed_groups(runs: list[RunInfo]) -> list[SeedGroup]:
+    """Group the finished server-based runs by setting; say (on stderr) where a group
+    holds one seed twice, which its mean would count as two seeds."""
+    finished = [r for r in runs if r.family == "server" and r.summary is not None]
+    items = {id(r): _setting_items(r) for r in finished}
+    groups: dict[tuple[tuple[str, str], ...], list[RunInfo]] = {}
+    for r in finished:
+        key = tuple(sorted((k, repr(v)) for k, v in items[id(r)].items()))
+        groups.setdefault(key, []).append(r)
+    out = []
+    for members in groups.values():
+        alg = members[0].algorithm
+        mine = [items[id(m[0])] for m in groups.values() if m[0].algorithm == alg]
+        keys = sorted({k for it in mine for k in it})
+        differ = [k for k in keys if len({repr(it.get(k)) for it in mine}) > 1]
+        here = items[id(members[0])]
+        setting = ", ".join(f"{k}={_plain(here.get(k))}" for k in differ) or "–"
+        members.sort(key=lambda r: (str(r.config.get("seed")), str(r.path)))
+        group = SeedGroup(alg, setting, members)
+        out.append(group)
+        seeds = [str(s) for s in group.seeds]
+        repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+        if repeated:
+            names = ", ".join(str(r.path) for r in members)
+            print(
+                f"report: warning: {len(members)} {alg} runs of one setting share seed "
+                f"{', '.join(repeated)} and are averaged as if they were different seeds: {names}",
+                file=sys.stderr,
+            )
+    out.sort(key=lambda g: (g.algorithm, g.setting))
+    return out
+
+
+def _mean_std(values: list[Any]) -> tuple[float | None, float | None]:
+    vals = [float(v) for v in values if v is not None and not math.isnan(float(v))]
+    if not vals:
+        return None, None
+    return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else None)
+
+
+def server_seed_means(groups: list[SeedGroup]) -> list[dict[str, Any]]:
+    """One row per group: seeds, rounds, and mean and std over seeds of
+    :data:`SERVER_MEAN_COLS` (None where no run has the number; std None for one seed)."""
+    rows = []
+    for g in groups:
+        steps = sorted({r.final.get("steps") for r in g.runs}, key=lambda v: (v is None, v))
+        row: dict[str, Any] = {
+            "algorithm": g.algorithm,
+            "setting": g.setting,
+            "seeds": len(g.runs),
+            "seed_list": " ".join(str(s) for s in g.seeds),
+            "rounds": "/".join(_fmt(v) for v in steps),
+            "score_is": g.score_is,
+        }
+        for col in SERVER_MEAN_COLS:
+            row[f"{col}_mean"], row[f"{col}_std"] = _mean_std([r.final.get(col) for r in g.runs])
+        rows.append(row)
+    return rows
+
+
+def _pm(mean: float | None, std: float | None) -> str:
+    return _fmt(mean) if std is None else f"{_fmt(mean)} ± {_fmt(std)}"
+
+
+def server_means_markdown(rows: list[dict[str, Any]]) -> str:
+    """The seed means as a Markdown table (columns no group has left out)."""
+    cols = [c for c in SERVER_MEAN_COLS if any(r[f"{c}_mean"] is not None for r in rows)]
+    head = ["algorithm", "setting", "seeds", "rounds", *cols, "score is"]
+    lines = [
+        "## Server-based runs: mean ± std over seeds",
+        "",
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+    ]
+    for r in rows:
+        cells = [r["algorithm"], r["setting"], f"{r['seeds']} ({r['seed_list']})", r["rounds"]]
+        cells += [_pm(r[f"{c}_mean"], r[f"{c}_std"]) for c in cols]
+        lines.append("| " + " | ".join([*cells, r["score_is"]]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def server_means_csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buf.getvalue()
+
+
+def write_runs_report(
+    runs: list[RunInfo], out: Path, means: list[dict[str, Any]] | None = None
+) -> list[Path]:
+    """Write runs_table.md/.csv, learning_curves.png and bytes_per_round.png under ``out``,
+    and server_means.md/.csv where there are finished server-based runs (``means``:
+    :func:`server_seed_means`, computed here if not given)."""
     written = []
     md = "# Runs\n\n" + runs_table_markdown(runs)
-    for name, text in (("runs_table.md", md), ("runs_table.csv", runs_table_csv(runs))):
+    texts = [("runs_table.md", md), ("runs_table.csv", runs_table_csv(runs))]
+    if means is None:
+        means = server_seed_means(server_seed_groups(runs))
+    if means:
+        texts.append(("server_means.md", "# Seed means\n\n" + server_means_markdown(means)))
+        texts.append(("server_means.csv", server_means_csv(means)))
+    for name, text in texts:
         written.append(atomic_write_text(out / name, text))
     written.append(plot_learning_curves(runs, out / "learning_curves.png"))
     written.append(plot_bytes(runs, out / "bytes_per_round.png"))

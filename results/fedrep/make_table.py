@@ -81,7 +81,16 @@ def main(runs: Path, out: Path) -> None:
     summaries = {}
     for s in sorted(runs.glob("*/summary.json")):
         summary = json.loads(s.read_text())
-        summaries[summary["algorithm"]] = (summary, read_metrics(s.parent / "metrics.jsonl"))
+        alg = summary["algorithm"]
+        if alg in summaries:  # one row per algorithm: a second seed would replace the first
+            sys.exit(
+                f"make_table.py: two {alg} runs under {runs}; this table holds one run per "
+                f"algorithm. For means over seeds: fedsheaf report {runs} (server_means.md)"
+            )
+        summaries[alg] = (summary, read_metrics(s.parent / "metrics.jsonl"))
+    windows = {tuple(s["score_rounds"]) for s, _ in summaries.values()}
+    if len(windows) > 1:
+        sys.exit(f"make_table.py: the runs under {runs} score different rounds: {sorted(windows)}")
     if "fedavg" not in summaries and "fedavg_ft" in summaries:
         summaries["fedavg"] = _fedavg_from_ft(*summaries["fedavg_ft"])
     algs = sorted(summaries, key=lambda a: ORDER.index(a) if a in ORDER else 99)
@@ -108,7 +117,7 @@ def main(runs: Path, out: Path) -> None:
     for r in rows:
         w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
     atomic_write_text(out / "table.csv", buf.getvalue())
-    lo, hi = next(iter(summaries.values()))[0]["score_rounds"]
+    ((lo, hi),) = windows
     md = [
         f"| algorithm | score (%) | mean acc, rounds {lo}-{hi} (%) | after final round (%) "
         "| worst client (%) | shared params | MB up | MB down | wall (s) | note |",

@@ -40,6 +40,22 @@ def test_the_fedrep_table_regenerates_from_its_runs(tmp_path):
         assert (tmp_path / name).read_bytes() == (RESULTS / "fedrep" / name).read_bytes(), name
 
 
+def test_the_fedrep_table_refuses_two_runs_of_one_algorithm(tmp_path):
+    runs = tmp_path / "runs"
+    for name in ("fedrep", "fedavg_ft"):
+        shutil.copytree(RESULTS / "fedrep" / "runs" / name, runs / name)
+    shutil.copytree(RESULTS / "fedrep" / "runs" / "fedrep", runs / "fedrep-seed1")
+    proc = subprocess.run(
+        [sys.executable, RESULTS / "fedrep" / "make_table.py", runs, tmp_path / "out"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1 and not (tmp_path / "out" / "table.md").exists()
+    assert "two fedrep runs" in proc.stderr and "fedsheaf report" in proc.stderr
+
+
 def test_the_head_fedavg_tables_regenerate_from_their_runs(tmp_path):
     copy = tmp_path / "head_fedavg"
     shutil.copytree(RESULTS / "head_fedavg", copy)

@@ -21,6 +21,8 @@ from fedsheaf.report_runs import (
     find_runs,
     runs_table_csv,
     runs_table_markdown,
+    server_seed_groups,
+    server_seed_means,
     write_runs_report,
 )
 from fedsheaf.results import RunDir
@@ -73,11 +75,14 @@ def make_server(
     algorithm: str = "fedrep",
     finished: bool = True,
     final_round: bool = True,
+    seed: int = 3,
+    overrides: tuple[str, ...] = (),
 ) -> Path:
-    """A FedRep-style run: a record per round, accuracy every 2nd round, a final fine-tune."""
+    """A FedRep-style run: a record per round, accuracy every 2nd round, a final fine-tune
+    (score 0.35 at seed 3, 0.01 more per seed above)."""
     cfg = load_config(
         REPO / "configs/fedrep_fmnist_100c2.yaml",
-        [f"algorithm={algorithm}", f"federated.rounds={rounds}", "seed=3"],
+        [f"algorithm={algorithm}", f"federated.rounds={rounds}", f"seed={seed}", *overrides],
     )
     rd = RunDir(root / name)
     rd.write_config(dump_config(cfg))
@@ -97,8 +102,8 @@ def make_server(
             {
                 "name": cfg.name,
                 "algorithm": algorithm,
-                "seed": 3,
-                "score": 0.35,
+                "seed": seed,
+                "score": 0.35 + 0.01 * (seed - 3),
                 "score_is": "mean acc over rounds 3-4",
                 "acc_last": 0.1 * rounds,
                 "final_acc": 0.95 if final_round else None,
@@ -243,6 +248,8 @@ def test_write_runs_report_pngs_are_valid(mixed, tmp_path):
         "runs_table.csv",
         "learning_curves.png",
         "bytes_per_round.png",
+        "server_means.md",  # the finished FedRep, FedAvg and head_fedavg runs
+        "server_means.csv",
     }
     w, h = _png_size(out / "learning_curves.png")
     assert w > 3 * h  # three panels side by side: accuracy, test MSE, loss
@@ -318,3 +325,57 @@ def test_the_bytes_figure_leaves_out_runs_that_moved_nothing(tmp_path):
     runs = [run("nc", "noncoop", 0), run("sf", "sheaf_frl", 1000)]
     series, silent = bytes_series(runs)  # the evaluation's bytes are not training traffic
     assert series == {1: [(1, 1000), (2, 1000)]} and silent == ["nc"]
+
+
+def test_server_runs_are_averaged_over_seeds_per_setting(tmp_path, capsys):
+    root = tmp_path / "runs"
+    make_server(root, "fedrep-s3", rounds=4, seed=3)
+    # placement changes no number: the seed of another placement joins the group
+    make_server(root, "fedrep-s5", rounds=4, seed=5, overrides=("federated.placement=static",))
+    make_server(root, "fedrep-lr", rounds=4, seed=3, overrides=("train.lr=0.05",))
+    make_server(root, "fedavg", rounds=4, algorithm="fedavg", seed=4)
+    make_server(root, "fedrep-running", rounds=4, seed=6, finished=False)
+    make_head(root, "head")
+    make_decentralized(root, "sf", epochs=2)
+    rows = server_seed_means(server_seed_groups(find_runs([root])))
+    got = {(r["algorithm"], r["setting"]): r for r in rows}
+    assert set(got) == {
+        ("fedavg", "–"),
+        ("fedrep", "train.lr=0.01"),
+        ("fedrep", "train.lr=0.05"),
+        ("head_fedavg", "–"),
+    }
+    two = got[("fedrep", "train.lr=0.01")]
+    assert (two["seeds"], two["seed_list"], two["rounds"]) == (2, "3 5", "4")
+    assert two["score_mean"] == pytest.approx(0.36)
+    assert two["score_std"] == pytest.approx(0.02 / 2**0.5)  # sample std of 0.35, 0.37
+    assert two["final_acc_mean"] == pytest.approx(0.95) and two["test_mse_mean"] is None
+    one = got[("fedrep", "train.lr=0.05")]
+    assert one["seeds"] == 1 and one["score_mean"] == pytest.approx(0.35)
+    assert one["score_std"] is None  # one seed: no spread to show
+    assert got[("head_fedavg", "–")]["test_mse_mean"] == pytest.approx(2 / 3)
+    assert "lower is better" not in two["score_is"] and "rounds 3-4" in two["score_is"]
+    assert capsys.readouterr().err == ""
+
+    out = tmp_path / "rep"
+    assert cli.main(["report", str(root), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    md = (out / "server_means.md").read_text()
+    assert md.split("\n", 2)[2] in printed  # the table after the file's title
+    assert "| fedrep | train.lr=0.01 | 2 (3 5) | 4 | 0.360 ± 0.014 | 0.400 ± 0 |" in md
+    table = list(csv.DictReader(io.StringIO((out / "server_means.csv").read_text())))
+    assert [(r["algorithm"], r["seeds"]) for r in table] == [
+        ("fedavg", "1"),
+        ("fedrep", "2"),
+        ("fedrep", "1"),
+        ("head_fedavg", "1"),
+    ]
+
+
+def test_one_seed_twice_in_a_setting_is_named(tmp_path, capsys):
+    make_server(tmp_path, "a", rounds=2)
+    make_server(tmp_path, "b", rounds=2)
+    (group,) = server_seed_groups(find_runs([tmp_path]))
+    assert len(group.runs) == 2
+    err = capsys.readouterr().err
+    assert "2 fedrep runs of one setting share seed 3" in err and str(tmp_path / "b") in err
