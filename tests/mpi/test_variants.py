@@ -62,6 +62,9 @@ RUNS = {
 }
 
 
+#: runs whose communication accuracy is recomputed from SPEC Eq. 22 after training
+COMM_CHECKED = ("het-standard", "het-window", "hom-standard", "het-comfed")
+
 # ------------------------------------------------------------------ worker (mpiexec)
 
 
@@ -84,6 +87,39 @@ def _leaks(sent: list, raw: list) -> int:
                             hit = True
         count += hit
     return count
+
+
+def _eq22(algo, comm) -> dict:
+    """SPEC Eq. 22 recomputed outside the algorithm's evaluation, from the trained agents:
+    receiver i decodes neighbour j's test latents carried by the map as SPEC orients it —
+    h_i(V_ij z_j) where i is the head (V_ij: d_i × d_j, held by both ends), h_i(V_jiᵀ z_j)
+    where i is the tail — or, for ComFed, by P_i⁺P_j. Also returns, per neighbour, the
+    same with the map's orientation swapped (a positive control for square maps) and the
+    maps this rank holds."""
+    import torch
+
+    data, dev = algo.agent.data, algo.agent.device
+    z = algo.latents(data.x_test).cpu()
+    proj = getattr(algo, "proj", None)
+    mine = (z, data.y_test.cpu(), None if proj is None else proj.detach().cpu())
+    everyone = comm.allgather(mine)
+    i = algo.agent.id
+    out: dict = {"acc": {}, "swapped": {}, "maps": {}}
+    for j in algo.nbr.neighbours:
+        zj, yj, pj = everyone[j]
+        if pj is not None:
+            t = (torch.linalg.pinv(everyone[i][2].double()) @ pj.double()).float()
+            right, wrong = zj @ t.T, None
+        else:
+            v = algo.maps[j].cpu()
+            right = zj @ v.T if algo.is_head[j] else zj @ v
+            wrong = (zj @ v if algo.is_head[j] else zj @ v.T) if v.shape[0] == v.shape[1] else None
+            out["maps"][j] = v.double().tolist()
+        for key, mapped in (("acc", right), ("swapped", wrong)):
+            if mapped is not None:
+                pred = algo.decode(mapped.to(dev)).argmax(1).cpu()
+                out[key][j] = float((pred == yj).double().mean())
+    return out
 
 
 def _spy_run(cfg, world, variant_cls):
@@ -171,12 +207,14 @@ def worker(workdir: Path) -> None:
             return built[0]
 
         summary = run_decentralized(cfg, world, make=make)
+        eq22 = _eq22(built[0], world.comm) if name in COMM_CHECKED else None
         # every agent's parameters before and after training, for exact comparisons
-        gathered = world.gather((built[1], flat(built[0].model)))
+        gathered = world.gather((built[1], flat(built[0].model), eq22))
         if world.is_root:
             results[name] = summary
             results[name]["initial"] = [g[0] for g in gathered]
             results[name]["trained"] = [g[1] for g in gathered]
+            results[name]["eq22"] = [g[2] for g in gathered]
     if world.is_root:
         cfg = load_config(workdir / "het.yaml")
         ds, _ = experiment.load_and_partition(cfg)
@@ -274,6 +312,39 @@ def test_every_configuration_trains_and_evaluates(results):
         assert len(s["agents"]) == 3 and s["bytes_sent_total"] > 0, name
         for agent, (before, after) in enumerate(zip(s["initial"], s["trained"], strict=True)):
             assert _gap(before, after) > 1e-4, (name, agent, "did not train")
+
+
+def test_communication_accuracy_is_eq22(results):
+    """Each agent's reported accuracy on each neighbour equals SPEC Eq. 22 recomputed from
+    the trained agents with the map oriented as SPEC says (the same samples right: far
+    below one sample's worth, 1/51), and on square maps the swapped orientation would have
+    been caught."""
+    caught = 0
+    for name in COMM_CHECKED:
+        runs = zip(results[name]["agents"], results[name]["eq22"], strict=True)
+        for i, (agent, eq22) in enumerate(runs):
+            assert agent["agent"] == i
+            reported = {int(j): acc for j, acc in agent["comm_by_neighbour"].items()}
+            mine = {int(j): acc for j, acc in eq22["acc"].items()}
+            assert reported == pytest.approx(mine, abs=1e-6), (name, i)  # float32 counts
+            assert agent["comm_acc"] == pytest.approx(sum(reported.values()) / len(reported))
+            caught += sum(eq22["swapped"][j] != eq22["acc"][j] for j in eq22["swapped"])
+    assert caught > 0  # a transposed map gives other numbers on these runs
+
+
+@pytest.mark.parametrize("name", ["het-standard", "het-window", "hom-standard"])
+def test_both_ends_of_an_edge_hold_the_same_map(results, name):
+    """SPEC §2: head and tail compute V_ij locally from the same pilots; nothing is sent."""
+    import numpy as np
+
+    held = [{int(j): np.array(v) for j, v in e["maps"].items()} for e in results[name]["eq22"]]
+    dims = HET_DIMS if name.startswith("het") else HOM_DIMS
+    for a, b in EDGES:
+        head, tail = (a, b) if (dims[a], -a) > (dims[b], -b) else (b, a)
+        v_head, v_tail = held[head][tail], held[tail][head]
+        assert v_head.shape == (dims[head], dims[tail])
+        np.testing.assert_allclose(v_head, v_tail, rtol=0, atol=1e-5, err_msg=f"{name} {a}-{b}")
+        assert np.allclose(v_head.T @ v_head, np.eye(dims[tail]), atol=1e-4)  # Stiefel
 
 
 @pytest.mark.parametrize("graph", ["het", "hom"])
