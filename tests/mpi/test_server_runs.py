@@ -12,11 +12,14 @@ heads follow them); balanced and static placement must give the same metrics.
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import yaml
 
+from fedsheaf.algorithms.federated import FEDERATED
 from fedsheaf.algorithms.federated.protocol import place_clients
+from fedsheaf.config import load_config
 from fedsheaf.results import read_metrics
 
 pytestmark = pytest.mark.mpi
@@ -180,6 +183,38 @@ def test_fedavg_ft_is_fedavg_plus_a_final_head_round(mpirun, tmp_path, fmnist_ro
     assert ft[0]["bytes"]["params_up"] == SELECTED * 4 * ALL
     plain = json.loads((tmp_path / "runs" / "fedavg" / "summary.json").read_text())
     assert plain["final_acc"] is None and plain["score"] == summary["acc_last"]
+
+
+def test_fedavg_averages_the_uploads_weighted_by_client_size(mpirun, tmp_path, fmnist_root):
+    """SPEC §4: the new model is Σ n_c w_c / Σ n_c over the round's clients. The clients'
+    updates of round 2 are recomputed here, in one process, from the model the server
+    saved after round 1; the model it saved after round 2 must be their weighted mean
+    (client sizes differ: each class's images are cut into equal shards)."""
+    cfg = _config(tmp_path, fmnist_root, rounds=2, train_per_client=None, weighted=True)
+    proc = _run(mpirun, 3, cfg, "algorithm=fedavg", "output.name=w", "checkpoint.every=1")
+    assert proc.returncode == 0, proc.stderr
+    run = tmp_path / "runs" / "w"
+    w1, w2 = (
+        torch.load(run / "checkpoints" / f"epoch-000{r}" / "rank-0.pt", weights_only=True)["w"]
+        for r in (1, 2)
+    )
+    selected = read_metrics(run / "metrics.jsonl")[1]["selected"]
+    c = load_config(cfg, ["algorithm=fedavg"])
+    task = FEDERATED["fedavg"](c.federated).make_task(c)
+    cpu = torch.device("cpu")
+    data = task.load_clients(selected, cpu)
+    runner = task.make_runner(task.build_model(), data, cpu)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each rank ran (FEDSHEAF_THREADS=1)
+    try:
+        ups = np.stack([runner.local_update(k, w1.numpy(), 1)[0] for k in selected])
+    finally:
+        torch.set_num_threads(threads)
+    sizes = np.array([data[k].n_train for k in selected], dtype=np.float64)
+    assert len(set(sizes)) > 1, sizes  # the weights matter here
+    expected = (sizes[:, None] * ups.astype(np.float64)).sum(0) / sizes.sum()
+    np.testing.assert_allclose(w2.numpy(), expected, rtol=0, atol=1e-6)
+    assert np.abs(ups.astype(np.float64).mean(0) - expected).max() > 1e-4  # ≠ unweighted
 
 
 def test_local_trains_every_client_every_round_and_shares_nothing(mpirun, tmp_path, fmnist_root):
