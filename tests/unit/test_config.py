@@ -29,10 +29,40 @@ def _write(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
     return path
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")))
+def _shipped(kind: str) -> list[Path]:
+    """configs/*.yaml of one kind: run configs, sweep studies (a ``study:`` key), and
+    the theory toolkit's configs (loaded by their own tests)."""
+    out = []
+    for path in sorted((REPO / "configs").glob("*.yaml")):
+        top = set(yaml.safe_load(path.read_text()))
+        found = (
+            "study"
+            if "study" in top
+            else "run"
+            if top <= {f.name for f in fields(ExperimentConfig)}
+            else "theory"
+        )
+        out += [path] if found == kind else []
+    return out
+
+
+def test_every_shipped_config_has_a_test():
+    assert [p.name for p in _shipped("theory")] == ["ufm_fixed.yaml"]  # test_head_fedavg_math
+    assert len(_shipped("run")) >= 10 and len(_shipped("study")) == 4
+
+
+@pytest.mark.parametrize("path", _shipped("study"), ids=lambda p: p.stem)
+def test_shipped_studies_expand_into_valid_run_configs(path):
+    from fedsheaf.sweep import expand
+
+    runs = expand(path, write=False).runs  # validates every run's resolved config
+    expected = {"pair_sweep": 558, "study15_sweep": 342, "pair_fashion_cpu": 18}
+    assert len(runs) == expected.get(path.stem, 6)
+    assert len({r.name for r in runs}) == len(runs)
+
+
+@pytest.mark.parametrize("path", _shipped("run"), ids=lambda p: p.stem)
 def test_shipped_run_configs_load_and_their_dump_reloads_equal(tmp_path, path):
-    if not set(yaml.safe_load(path.read_text())) <= {f.name for f in fields(ExperimentConfig)}:
-        pytest.skip("not a run config (a sweep study or a theory config)")
     cfg = load_config(path)
     again = load_config(_write(tmp_path, dump_config(cfg)))
     assert again == cfg and isinstance(again, ExperimentConfig)
@@ -213,8 +243,11 @@ def test_settings_the_algorithm_never_reads_are_named():
     assert load_config(REPO / "configs/pair.yaml").ignored_settings() == []
     assert load_config(REPO / "configs/fedrep_fmnist_100c2.yaml").ignored_settings() == []
     assert load_config(REPO / "configs/head_fedavg_geo.yaml").ignored_settings() == []
-    # a decentralized config run as FedAvg: its graph, agents and epochs mean nothing there
-    fedavg = load_config(REPO / "configs/pair.yaml", ["algorithm=fedavg"]).ignored_settings()
+    # a decentralized config run as FedAvg: its graph, agents, baselines' settings and
+    # epochs mean nothing there
+    fedavg = load_config(
+        REPO / "configs/pair.yaml", ["algorithm=fedavg", "baseline.comfed.rank=8"]
+    ).ignored_settings()
     assert fedavg == [
         "graph, agents, baseline (decentralized and hub methods only)",
         "train.epochs (server-based runs count federated.rounds and federated.local_epochs, "
