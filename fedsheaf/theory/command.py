@@ -177,7 +177,7 @@ _LINEAR_ARGS = {
     "n": (int, "number of clients"),
     "m": (int, "training samples per client"),
     "rounds": (int, "communication rounds"),
-    "participation": (float, "fraction of clients per round"),
+    "participation": (float, "fraction r of clients per round: max(1, floor(r*n))"),
     "noise": (float, "label noise standard deviation"),
     "lr": (float, "FedRep step size on B"),
     "local_steps": (int, "FedRep gradient steps on B per round"),

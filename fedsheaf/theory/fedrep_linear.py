@@ -18,6 +18,7 @@ distance ``dist(B̂, B*) = ‖B̂_⊥ᵀ B*‖₂`` (sine of the largest princip
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ __all__ = [
     "moments_init",
     "fedrep_round",
     "fedavg_round",
+    "clients_per_round",
     "run_linear",
 ]
 
@@ -46,7 +48,7 @@ class LinearSettings:
     ----------
     d, k, n, m : input dimension, representation rank, clients, training samples per client.
     rounds : communication rounds.
-    participation : fraction of clients sampled per round (at least one client).
+    participation : fraction r of clients sampled per round: max(1, floor(r·n)) clients.
     noise : label noise standard deviation σ.
     lr, local_steps : FedRep step size and number of gradient steps on ``B`` per round.
     fedavg_lr, fedavg_local_steps : FedAvg step size and local joint steps per round.
@@ -185,6 +187,13 @@ def _test_mse(X: np.ndarray, y: np.ndarray, preds: np.ndarray) -> float:
     return float(np.mean((np.einsum("imd,id->im", X, preds) - y) ** 2))
 
 
+def clients_per_round(participation: float, n: int) -> int:
+    """``max(1, floor(r·n))``, the server-based runs' rule (the FedRep authors' code);
+    :func:`fedsheaf.algorithms.federated.protocol.n_selected` is the same without
+    importing torch."""
+    return max(1, min(n, math.floor(participation * n + 1e-9)))
+
+
 def run_linear(settings: LinearSettings | None = None, **overrides: Any) -> dict[str, Any]:
     """Run FedRep and FedAvg on one draw of the linear model; return JSON-ready results.
 
@@ -200,7 +209,7 @@ def run_linear(settings: LinearSettings | None = None, **overrides: Any) -> dict
     data_ss, sample_ss = np.random.SeedSequence(s.seed).spawn(2)
     data = make_data(s, np.random.default_rng(data_ss))
     sampler = np.random.default_rng(sample_ss)
-    per_round = max(1, int(round(s.participation * s.n)))
+    per_round = clients_per_round(s.participation, s.n)
     schedule = [np.sort(sampler.choice(s.n, per_round, replace=False)) for _ in range(s.rounds)]
 
     B_rep = moments_init(data.X, data.y, s.k)

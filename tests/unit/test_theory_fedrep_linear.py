@@ -125,3 +125,13 @@ def test_fedrep_linear_command(tmp_path: Path, capsys) -> None:
     assert all(math.isfinite(x) for x in data["dist_fedrep"] + data["dist_fedavg"])
     png = (out / "fedrep_linear.png").read_bytes()
     assert png.startswith(b"\x89PNG")
+
+
+def test_clients_per_round_is_the_server_runs_rule() -> None:
+    from fedsheaf.algorithms.federated.protocol import n_selected
+    from fedsheaf.theory.fedrep_linear import clients_per_round
+
+    for n in (1, 7, 10, 100, 1000):
+        for r in (0.001, 0.1, 0.15, 0.25, 0.35, 0.5, 0.999, 1.0):
+            assert clients_per_round(r, n) == n_selected(n, r), (r, n)
+    assert clients_per_round(0.35, 10) == 3  # floor, not round (3.5 -> 4)
