@@ -218,8 +218,13 @@ def load_rank(ckpt: Checkpoint, rank: int) -> dict[str, Any]:
     path = ckpt.rank_file(rank)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises many types for a damaged file
+    except OSError as exc:
         raise CheckpointError(f"checkpoint file {path} cannot be read: {exc}") from None
+    except Exception:  # torch raises many types, with long advice, for a damaged file
+        raise CheckpointError(
+            f"checkpoint file {path} cannot be read: it is damaged or truncated, or not a "
+            "checkpoint fedsheaf wrote"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint file {path} is not a fedsheaf checkpoint")
     if state.get("epoch") != ckpt.epoch or state.get("rank") != rank:

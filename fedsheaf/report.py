@@ -100,6 +100,15 @@ def default_method(cfg: dict[str, Any]) -> str:
     return name
 
 
+def _manifest_entry(run: Any) -> bool:
+    return (
+        isinstance(run, dict)
+        and isinstance(run.get("dir"), str)
+        and isinstance(run.get("method"), str)
+        and isinstance(run.get("grid") or {}, dict)
+    )
+
+
 def _manifests(paths: list[Path]) -> dict[Path, tuple[dict[str, Any], list[str]]]:
     """Run directory → (manifest entry, grid keys) from every study.json at or above paths."""
     found: dict[Path, tuple[dict[str, Any], list[str]]] = {}
@@ -111,9 +120,19 @@ def _manifests(paths: list[Path]) -> dict[Path, tuple[dict[str, Any], list[str]]
                 continue
             seen.add(f)
             data = read_json_object(f)
-            for run in data.get("runs", []):  # sweep layout: <sweep dir>/runs/<run name>
+            runs, keys = data.get("runs", []), data.get("grid_keys", [])
+            if not (
+                isinstance(runs, list)
+                and all(_manifest_entry(r) for r in runs)
+                and isinstance(keys, list)
+            ):
+                raise ConfigError(
+                    f"{f} is not a sweep manifest (fedsheaf sweep writes one: a 'runs' list "
+                    "of entries with a 'dir', a 'method' and a 'grid', and a 'grid_keys' list)"
+                )
+            for run in runs:  # sweep layout: <sweep dir>/runs/<run name>
                 where = (f.parent / "runs" / Path(run["dir"]).name).resolve()
-                found[where] = (run, list(data.get("grid_keys", [])))
+                found[where] = (run, list(keys))
     return found
 
 

@@ -9,8 +9,9 @@ Works on any mix of run directories of both families (see :mod:`fedsheaf.results
   (every ``eval_every`` rounds; ``head_fedavg`` has ``test_mse`` instead), ``bytes_up``
   and ``bytes_down``.
 
-A run directory is any folder with a ``config.yaml`` beside a ``metrics.jsonl`` or a
-``summary.json``; runs without a ``summary.json`` are listed as unfinished.
+A run directory is any folder with a ``config.yaml`` beside a ``metrics.jsonl``, a
+``summary.json``, a ``failed.json`` or a ``stopped.json``; runs without a
+``summary.json`` are listed as failed, stopped or running.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from typing import Any, TypeVar
 from fedsheaf.config import SERVER_BASED, flat_keys, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import (
+    FAILURE_FILE,
+    STOP_FILE,
     atomic_write_text,
     outermost_runs,
     read_failure,
@@ -39,6 +42,10 @@ from fedsheaf.results import (
 from fedsheaf.units import count, human_bytes
 
 T = TypeVar("T")
+
+#: Files of which one beside a ``config.yaml`` makes a run directory (a run that failed
+#: or was stopped before its first epoch has only the marker).
+RUN_MARKS = ("metrics.jsonl", "summary.json", FAILURE_FILE, STOP_FILE)
 
 #: Config keys that may differ between the seeds of one setting: they change no number
 #: (where files go, checkpointing, evaluation cadence, exchange overlap, where a server's
@@ -121,13 +128,14 @@ def find_runs(paths: list[str | Path]) -> list[RunInfo]:
             raise ConfigError(f"no such run or study directory: {p}")
         for cfg in [p / "config.yaml", *p.rglob("config.yaml")]:
             d = cfg.parent
-            if cfg.is_file() and (
-                (d / "metrics.jsonl").is_file() or (d / "summary.json").is_file()
-            ):
+            if cfg.is_file() and any((d / f).is_file() for f in RUN_MARKS):
                 dirs.add(d.resolve())
     if not dirs:
         where = ", ".join(map(str, paths))
-        raise ConfigError(f"no run directories (config.yaml + metrics.jsonl) under {where}")
+        raise ConfigError(
+            f"no run directories (config.yaml with metrics.jsonl, summary.json, "
+            f"{FAILURE_FILE} or {STOP_FILE}) under {where}"
+        )
     return readable(outermost_runs(dirs), load_run)
 
 

@@ -12,6 +12,7 @@ so the returned tensors are shared: treat them as read-only.
 
 from __future__ import annotations
 
+import math
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,6 +196,44 @@ def _missing_message(key: str, root: Path, split: str, missing: list[Path]) -> s
     )
 
 
+#: IDX magic numbers (uint8 payload, 3 and 1 dimensions) by file-name part.
+_IDX_MAGIC = {"images": (0x0803, 3), "labels": (0x0801, 1)}
+
+
+def _idx_problem(path: Path) -> str | None:
+    """What is wrong with an IDX file's header or length (None: nothing found)."""
+    magic, ndim = _IDX_MAGIC["images" if "images" in path.name else "labels"]
+    with open(path, "rb") as fh:
+        head = fh.read(4 + 4 * ndim)
+    size = path.stat().st_size
+    if len(head) < 4 + 4 * ndim or int.from_bytes(head[:4], "big") != magic:
+        return f"{path} is not an IDX file (damaged, or another file under its name)"
+    dims = [int.from_bytes(head[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    expected = 4 + 4 * ndim + math.prod(dims)
+    if size != expected:
+        return f"{path} is damaged or truncated ({size} bytes, its header says {expected})"
+    return None
+
+
+def damaged_file(key: str, root: Path) -> str | None:
+    """Which of dataset ``key``'s files under ``root`` is damaged, in words (None: none
+    found): IDX headers and lengths; CIFAR-10 batches against torchvision's checksums."""
+    if key == "cifar10":
+        from torchvision.datasets import CIFAR10
+        from torchvision.datasets.utils import check_integrity
+
+        folder = root / CIFAR10.base_folder
+        meta = (CIFAR10.meta["filename"], CIFAR10.meta["md5"])
+        for name, md5 in [*CIFAR10.train_list, *CIFAR10.test_list, meta]:
+            if (folder / name).is_file() and not check_integrity(str(folder / name), md5):
+                return f"{folder / name} is damaged or truncated (its checksum differs)"
+        return None
+    for path in expected_files(key, root):
+        if path.is_file() and (problem := _idx_problem(path)):
+            return problem
+    return None
+
+
 def _load_torchvision(key: str, root: Path, split: str, download: bool) -> Dataset:
     from torchvision import datasets as tvd
 
@@ -207,8 +246,10 @@ def _load_torchvision(key: str, root: Path, split: str, download: bool) -> Datas
     try:
         tv = cls(root=str(root), train=(split == "train"), download=download)
     except _LOAD_ERRORS as exc:
+        text = str(exc).strip()
+        why = damaged_file(key, root) or (text.splitlines()[0] if text else type(exc).__name__)
         raise DataError(
-            f"cannot load dataset {key!r} ({split} split) from data root {root}: {exc}. "
+            f"cannot load dataset {key!r} ({split} split) from data root {root}: {why}. "
             f"Expected files: {', '.join(str(p) for p in expected_files(key, root, split))}"
         ) from None
     data = tv.data

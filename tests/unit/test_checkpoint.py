@@ -91,9 +91,16 @@ def test_other_rank_count_and_damaged_files_are_clear_errors(tmp_path):
     ckpt = _save_all(tmp_path, 1, 2)
     with pytest.raises(CheckpointError, match="hold 2 ranks but this job has 4"):
         checkpoint.latest(tmp_path, 4)
-    ckpt.rank_file(1).write_bytes(b"not a torch file")
-    with pytest.raises(CheckpointError, match="rank-1.pt cannot be read"):
-        checkpoint.load_rank(ckpt, 1)
+    good = ckpt.rank_file(0).read_bytes()
+    for junk in (b"not a torch file", b"garbage\n" * 10, good[:100], b""):
+        ckpt.rank_file(1).write_bytes(junk)
+        with pytest.raises(CheckpointError) as err:
+            checkpoint.load_rank(ckpt, 1)
+        # one line, and none of torch's advice to load it without weights_only
+        assert str(err.value) == (
+            f"checkpoint file {ckpt.rank_file(1)} cannot be read: it is damaged or "
+            "truncated, or not a checkpoint fedsheaf wrote"
+        )
     ckpt.rank_file(1).write_bytes(ckpt.rank_file(0).read_bytes())
     with pytest.raises(CheckpointError, match="does not hold rank 1, epoch 1"):
         checkpoint.load_rank(ckpt, 1)

@@ -78,9 +78,30 @@ def test_corrupt_idx_file_is_a_data_error(tmp_path):
     for prefix in ("train", "t10k"):
         _write_idx(raw, prefix, np.zeros((4, 28, 28), np.uint8), np.zeros(4, np.uint8))
     path = raw / "train-images-idx3-ubyte"
-    path.write_bytes(path.read_bytes()[:100])  # truncated payload
-    with pytest.raises(DataError, match="cannot load dataset 'fashionmnist'"):
+    whole = path.read_bytes()
+    path.write_bytes(whole[:100])  # truncated payload
+    with pytest.raises(DataError) as err:
         load_dataset("fashionmnist", tmp_path)
+    assert str(err.value).startswith(
+        f"cannot load dataset 'fashionmnist' (train split) from data root {tmp_path}: "
+        f"{path} is damaged or truncated (100 bytes, its header says {len(whole)})."
+    )
+    for junk in (b"", b"random bytes, not an IDX header"):  # the file that is wrong is named
+        labels = raw / "t10k-labels-idx1-ubyte"
+        path.write_bytes(whole)
+        labels.write_bytes(junk)
+        with pytest.raises(DataError, match=f"{labels} is not an IDX file"):
+            load_dataset("fashionmnist", tmp_path, split="test")
+
+
+def test_a_damaged_cifar_batch_is_named(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    for name in sources._CIFAR_FILES:
+        (folder / name).write_bytes(b"not the real batch")
+    assert sources.damaged_file("cifar10", tmp_path) == (
+        f"{folder / 'data_batch_1'} is damaged or truncated (its checksum differs)"
+    )
 
 
 def test_missing_files_message_names_paths(tmp_path):

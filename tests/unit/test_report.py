@@ -229,3 +229,16 @@ def test_a_damaged_run_is_skipped_with_a_warning(study, capsys):
     err = capsys.readouterr().err
     assert f"report: warning: skipping {damaged.resolve()}: run config" in err
     assert "is not valid YAML" in err
+
+
+@pytest.mark.parametrize(
+    "manifest", ['{"runs": 5}', '{"runs": [{"name": 1}]}', '{"runs": [], "grid_keys": "lam"}']
+)
+def test_a_damaged_study_json_is_one_clear_error(tmp_path, capsys, manifest):
+    from fedsheaf import cli
+
+    _run(tmp_path / "runs", "r", [], _summary(0.5, 0.8, 0.6))
+    (tmp_path / "study.json").write_text(manifest)
+    assert cli.main(["report", str(tmp_path), "--out", str(tmp_path / "rep")]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'study.json'} is not a sweep manifest" in err and "Traceback" not in err

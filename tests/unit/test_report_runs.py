@@ -379,3 +379,16 @@ def test_one_seed_twice_in_a_setting_is_named(tmp_path, capsys):
     assert len(group.runs) == 2
     err = capsys.readouterr().err
     assert "2 fedrep runs of one setting share seed 3" in err and str(tmp_path / "b") in err
+
+
+def test_a_run_that_failed_before_its_first_epoch_is_listed(tmp_path, capsys):
+    from fedsheaf.results import write_failure
+
+    done = make_decentralized(tmp_path, "done", epochs=2)
+    early = tmp_path / "early"
+    RunDir(early).write_config((done / "config.yaml").read_text())
+    write_failure(early, 3, "agent 3: loss became nan in epoch 1, step 1")
+    (row,) = [r for r in find_runs([tmp_path]) if r.name == "early"]
+    assert (row.records, row.summary) == ([], None)
+    assert cli.main(["report", str(early), "--out", str(tmp_path / "rep")]) == 0
+    assert "| early | sheaf_frl | 0 | failed | – |" in capsys.readouterr().out
