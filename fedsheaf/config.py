@@ -529,6 +529,21 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
         raise ConfigError(f"{path}: {exc}") from None
 
 
+def refuse_placing_override(run_dir: Path, text: str) -> None:
+    """Refuse ``text`` where it says where the run goes: ``--resume RUN_DIR`` fixes that
+    (``output.*``) and resumes (``checkpoint.resume``)."""
+    path, value = parse_override(text)
+    path = expand_shorthand(path, text)
+    resume_in = path == ["checkpoint"] and isinstance(value, dict) and "resume" in value
+    if path[:1] == ["output"] or path == ["checkpoint", "resume"] or resume_in:
+        raise ConfigError(
+            f"cannot resume {run_dir} with '{text}': --resume continues the run in place "
+            "(output.* and checkpoint.resume are its own); to start it over use "
+            f"fedsheaf run {run_dir / 'config.yaml'} output.overwrite=true, to continue a "
+            "copy elsewhere copy the directory and resume the copy"
+        )
+
+
 def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
     """The config of an existing run directory, set up to resume it in place.
 
@@ -544,6 +559,8 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ex
         raise ConfigError(
             f"cannot resume {path}: no config.yaml there (not a fedsheaf run directory)"
         )
+    for text in overrides or []:
+        refuse_placing_override(path, text)
     raw = apply_overrides(read_run_config(path / "config.yaml"), overrides or [])
     for section in ("output", "checkpoint"):
         if not isinstance(raw.get(section) or {}, dict):

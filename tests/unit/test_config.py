@@ -218,6 +218,20 @@ def test_resume_config_errors(tmp_path):
     (tmp_path / "config.yaml").write_text(dump_config(load_config(QUICK)))
     with pytest.raises(ConfigError, match="unknown config key 'train.ephocs'"):
         resume_config(tmp_path, ["train.ephocs=3"])
+    for placing in (
+        "output.overwrite=true",
+        "output.name=other",
+        "output={dir: x}",
+        "checkpoint.resume=false",
+        "checkpoint={resume: false}",
+    ):  # --resume fixes where the run is and that it resumes: refused, not ignored
+        with pytest.raises(ConfigError) as err:
+            resume_config(tmp_path, [placing])
+        assert str(err.value).startswith(
+            f"cannot resume {tmp_path} with '{placing}': --resume continues the run in place"
+        )
+        assert f"fedsheaf run {tmp_path / 'config.yaml'} output.overwrite=true" in str(err.value)
+    assert resume_config(tmp_path, ["checkpoint.every=3"]).checkpoint.every == 3
 
 
 def test_single_word_overrides_resolve_to_their_only_section():
