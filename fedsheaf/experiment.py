@@ -115,14 +115,24 @@ def batch_warning(cfg: ExperimentConfig, part: Partition) -> str | None:
     )
 
 
+def check_shards(part: Partition) -> None:
+    """Every agent's train, val and test sets are non-empty; one message names every
+    agent that lacks one (the same on every rank, so a job prints it once)."""
+    empty = [
+        f"agent {i} ({', '.join(s for s in ('train', 'val', 'test') if not len(getattr(a, s)))})"
+        for i, a in enumerate(part.agents)
+        if not (len(a.train) and len(a.val) and len(a.test))
+    ]
+    if empty:
+        raise ConfigError(
+            f"empty private sets: {'; '.join(empty)}; use more data (raise or remove "
+            "data.limit) or fewer agents"
+        )
+
+
 def agent_data(ds: Dataset, part: Partition, agent: int, device: torch.device) -> AgentData:
+    check_shards(part)
     shard = part.agents[agent]
-    for split in ("train", "val", "test"):
-        if len(getattr(shard, split)) == 0:
-            raise ConfigError(
-                f"agent {agent} has an empty {split} set; use more data "
-                "(raise or remove data.limit) or fewer agents"
-            )
 
     def take(idx: Any) -> tuple[torch.Tensor, torch.Tensor]:
         i = torch.as_tensor(idx, dtype=torch.long)

@@ -66,7 +66,7 @@ def test_the_job_error_is_one_line_and_exit_2(capsys, out_dir):
 @pytest.mark.parametrize(
     "overrides,message",
     [  # found by the job while it builds each agent's shard and its algorithm
-        (["data.limit=20"], "agent 0 has an empty val set"),
+        (["data.limit=20"], "empty private sets: agent 0 (val, test); agent 1 (test); agent"),
         (
             ["sheaf.pilot_strategy=stratified", "data.limit=300"],
             "stratified pilot batch 30 needs 3 pilots per class",
