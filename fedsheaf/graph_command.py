@@ -15,11 +15,13 @@ mistakes raise :class:`~fedsheaf.errors.GraphError`; the CLI prints them.
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import yaml
 
-from fedsheaf import graphs, presets
+from fedsheaf import graphs, presets, yamlio
+from fedsheaf.config import check_plain_name
 from fedsheaf.errors import ConfigError, GraphError
 from fedsheaf.units import count
 
@@ -35,6 +37,10 @@ _ALLOWED: dict[str, frozenset[str]] = {
     "erdos-renyi": frozenset({"dims", "classes", "p", "seed"}),
 }
 _OPTIONS = ("density", "dim", "dims", "classes", "p", "seed")
+
+#: Classes of every data set fedsheaf reads (fedsheaf.data.sources; run configs are checked
+#: against the same bound), so class ids run 0..N_CLASSES-1.
+N_CLASSES = 10
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +63,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     build.add_argument(
         "--force",
         action="store_true",
-        help="overwrite the output file when it holds a different graph",
+        help="overwrite the output file when it holds a different or damaged graph "
+        "(a file that is not a graph is never replaced)",
     )
     build.add_argument(
         "--density", type=float, help="target edge density for mnist15/class-overlap (default 0.4)"
@@ -107,9 +114,24 @@ def _classes(args: argparse.Namespace, n: int) -> list[list[int]] | None:
         raise GraphError(
             f"--classes {args.classes!r} gives {len(sets)} class sets but there are {n} nodes"
         )
-    if any(c < 0 for cs in sets for c in cs):
-        raise GraphError(f"--classes {args.classes!r}: classes must be non-negative")
+    bad = sorted({c for cs in sets for c in cs if not 0 <= c < N_CLASSES})
+    if bad:
+        raise GraphError(
+            f"--classes {args.classes!r}: class ids must be in 0..{N_CLASSES - 1} (the data "
+            f"sets have {N_CLASSES} classes); got {', '.join(map(str, bad))}"
+        )
     return sets
+
+
+def _check_name(name: str) -> None:
+    try:
+        check_plain_name(name, "--name")
+    except ConfigError:
+        raise GraphError(
+            f"--name {name!r} must be a plain name (not blank, no '/' or '\\', not . or .., "
+            "at most 255 bytes): it names the graph and its default file graphs/<name>.yaml; "
+            "use --out to write elsewhere"
+        ) from None
 
 
 def build_from_args(args: argparse.Namespace) -> tuple[graphs.Graph, str]:
@@ -119,6 +141,8 @@ def build_from_args(args: argparse.Namespace) -> tuple[graphs.Graph, str]:
         if getattr(args, opt) is not None and opt not in _ALLOWED[kind]:
             raise GraphError(f"graph build {kind}: option --{opt} does not apply to {kind}")
     name = args.name or kind
+    if args.name:
+        _check_name(name)
     cmd = [f"fedsheaf graph build {kind}"]
     if args.name:
         cmd.append(f"--name {name}")
@@ -165,16 +189,43 @@ def build_from_args(args: argparse.Namespace) -> tuple[graphs.Graph, str]:
     return graph, " ".join(cmd)
 
 
-def _holds_other_yaml(path: Path) -> bool:
-    """Whether ``path`` is a readable YAML mapping that is a run config (its keys, no
-    graph ``nodes``), which ``graph build --force`` must not replace; a damaged graph
-    file may be replaced."""
+#: A top-level ``nodes:`` or ``edges:`` line: what a damaged graph file still shows.
+_GRAPH_LINE = re.compile(r"^(nodes|edges)\s*:", re.MULTILINE)
+
+
+def _what(doc: object) -> str:
+    """What a YAML document is, in words (for a file that is not a graph)."""
+    if isinstance(doc, dict):
+        keys = [str(k) for k in doc]
+        listed = ", ".join(keys[:6]) + (", ..." if len(keys) > 6 else "")
+        return f"a YAML mapping with keys {listed}"
+    if isinstance(doc, str):
+        return "plain text"  # text without YAML structure reads as one string
+    return "comments only" if doc is None else f"a YAML {type(doc).__name__}"
+
+
+def _not_replaceable(path: Path) -> str | None:
+    """Why ``graph build`` must not replace the existing file ``path``, even with
+    ``--force``; None when it may: a graph file, a damaged one (invalid YAML in a
+    .yaml/.yml file with a top-level ``nodes:`` or ``edges:`` line), or an empty file."""
+    if not path.is_file():
+        return "is not a regular file"
     try:
-        raw = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return False
-    config_keys = {"algorithm", "agents", "train", "data", "sheaf", "federated", "graph"}
-    return isinstance(raw, dict) and "nodes" not in raw and bool(config_keys & set(raw))
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return "is not UTF-8 text, so not a graph file"
+    if not text.strip():
+        return None
+    try:
+        doc = yamlio.load(text)
+    except (yaml.YAMLError, RecursionError, *yamlio.BAD_VALUE) as exc:
+        if path.suffix in (".yaml", ".yml") and _GRAPH_LINE.search(text):
+            return None
+        return f"is neither valid YAML ({yamlio.problem(exc)}) nor a damaged graph file"
+    if isinstance(doc, dict) and doc.keys() & {"nodes", "edges"}:
+        if doc.keys() <= set(graphs.TOP_KEYS):
+            return None
+    return f"holds {_what(doc)}, not a graph (keys {', '.join(graphs.TOP_KEYS)})"
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -183,21 +234,22 @@ def _build(args: argparse.Namespace) -> int:
     if out.is_dir():
         raise GraphError(f"--out {out} is a directory; give the graph file's name")
     if out.exists():
-        if _holds_other_yaml(out):
+        why = _not_replaceable(out)
+        if why is not None:
             raise GraphError(
-                f"{out} exists and holds a run config, not a graph; --force does not "
-                "overwrite it: choose another --out"
+                f"{out} exists and {why}; it will not be replaced, even with --force: "
+                "choose another --out"
             )
         try:
-            same = graphs.load_graph(out) == graph
-        except GraphError:  # a damaged graph file: --force may replace it
-            same = False
+            same, held = graphs.load_graph(out) == graph, "holds a different graph"
+        except GraphError:  # damaged or empty: --force may replace it
+            same, held = False, "is a damaged or empty graph file"
         if same:
             print(f"{out} already holds this graph; left unchanged")
             return 0
         if not args.force:
             raise GraphError(
-                f"{out} exists and holds a different graph (runs may refer to it); "
+                f"{out} exists and {held} (runs may refer to it); "
                 "pass --force to overwrite it or --out to write elsewhere"
             )
     graphs.save_graph(graph, out, comment=f"built by: {cmd}")

@@ -33,7 +33,8 @@ from fedsheaf.errors import GraphError, relative_hint
 from fedsheaf.results import atomic_write_text
 from fedsheaf.units import count
 
-_TOP_KEYS = ("name", "nodes", "edges")
+#: The keys of a graph file (``nodes`` and ``edges`` required).
+TOP_KEYS = ("name", "nodes", "edges")
 _NODE_KEYS = ("id", "dim", "classes")
 
 
@@ -396,10 +397,10 @@ def load_graph(path: str | os.PathLike[str]) -> Graph:
             f"{where} must be a YAML mapping with keys name, nodes, edges; "
             f"found {type(doc).__name__}"
         )
-    unknown = [k for k in doc if k not in _TOP_KEYS]
+    unknown = [k for k in doc if k not in TOP_KEYS]
     if unknown:
         raise GraphError(
-            f"{where}: unknown top-level key {unknown[0]!r} (allowed: {', '.join(_TOP_KEYS)})"
+            f"{where}: unknown top-level key {unknown[0]!r} (allowed: {', '.join(TOP_KEYS)})"
         )
     for key in ("nodes", "edges"):
         if key not in doc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -25,6 +26,9 @@ from fedsheaf.units import count, human_bytes
 
 #: ``watch``'s exit status for a run stopped on request (SIGUSR1), to be resumed.
 STOPPED = 3
+
+#: The longest ``--interval`` (s): a day; ``time.sleep`` overflows far beyond it.
+MAX_INTERVAL = 86400.0
 
 
 class MetricsTail:
@@ -191,6 +195,15 @@ def _since_last(run_dir: Path) -> str:
     )
 
 
+def _check_span(value: float, option: str, unit: str, most: float = math.inf) -> None:
+    """Refuse ``value`` unless it is finite, positive and at most ``most`` (nan too)."""
+    if not (0 < value <= most and math.isfinite(value)):
+        limit = f" up to {most:g}" if math.isfinite(most) else ""
+        raise ConfigError(
+            f"{option} must be a finite positive number of {unit}{limit}, got {value}"
+        )
+
+
 def _read_config(run_dir: Path) -> dict[str, Any] | None:
     path = run_dir / "config.yaml"
     if not path.is_file():
@@ -216,8 +229,8 @@ def watch(
     """
     out = out if out is not None else sys.stdout
     run_dir = Path(run_dir)
-    if interval <= 0:
-        raise ConfigError(f"--interval must be positive, got {interval}")
+    _check_span(interval, "--interval", "seconds", MAX_INTERVAL)
+    _check_span(stall, "--stall", "minutes")
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"{run_dir} is not a run directory (a file)")
     if not run_dir.exists():
@@ -304,7 +317,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=5.0,
         metavar="S",
-        help="seconds between polls (default: %(default)s)",
+        help="seconds between polls, at most a day (default: %(default)s)",
     )
     parser.add_argument("--once", action="store_true", help="print the current state and exit")
     parser.add_argument(
@@ -318,8 +331,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        if not args.stall > 0:  # nan too
-            raise ConfigError(f"--stall must be positive, got {args.stall}")
         return watch(args.run_dir, args.interval, args.once, stall=args.stall)
     except KeyboardInterrupt:
         return 130

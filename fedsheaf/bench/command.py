@@ -37,7 +37,7 @@ from fedsheaf.bench.plan import (
     parse_counts,
     plan,
 )
-from fedsheaf.config import load_config
+from fedsheaf.config import check_plain_name, load_config
 from fedsheaf.errors import ConfigError
 from fedsheaf.hostinfo import (
     failed_to_start,
@@ -332,21 +332,53 @@ def collect(records: list[dict[str, Any]]) -> tuple[dict[str, list], list[dict[s
     return results, launches
 
 
+def _results_problem(doc: Any) -> str | None:
+    """What keeps ``doc`` from being a results document :mod:`report` can render; None
+    when nothing does."""
+    if not isinstance(doc, dict):
+        return f"it holds a JSON {type(doc).__name__}, not an object"
+    missing = [key for key in ("meta", "launches", "results") if key not in doc]
+    if missing:
+        return f"it lacks {' and '.join(missing)}"
+    if not isinstance(doc["meta"], dict):
+        return "its meta is not an object"
+    launches = doc["launches"]
+    if not (isinstance(launches, list) and all(isinstance(la, dict) for la in launches)):
+        return "its launches are not a list of objects"
+    results = doc["results"]
+    if not isinstance(results, dict):
+        return "its results are not an object of case: list of results"
+    bad = [case for case, found in results.items() if not isinstance(found, list)]
+    if bad:
+        return f"its {bad[0]} results are not a list"
+    # the report reads many fields of each result: render each part alone to name the bad one
+    parts = {"meta or launches": {}}
+    parts.update({f"{case} results": {case: found} for case, found in results.items()})
+    for part, trial in parts.items():
+        try:
+            report.render_markdown(dict(doc, results=trial))
+        except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
+            what = f"lack key {exc}" if isinstance(exc, KeyError) else f"are malformed ({exc})"
+            return f"its {part} {what}"
+    return None
+
+
 def read_results(path: str | Path) -> dict[str, Any]:
     """A results file written by ``fedsheaf bench`` (for ``--render``)."""
     path = Path(path)
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"--render: results file {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"--render: cannot read results file {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise ConfigError(f"--render: {path} is not valid JSON: {exc}") from None
-    if not isinstance(doc, dict) or not {"meta", "launches", "results"} <= doc.keys():
+    problem = _results_problem(doc)
+    if problem is not None:
         raise ConfigError(
-            f"--render: {path} is not a fedsheaf bench results file "
-            "(expected a JSON object with meta, launches and results)"
+            f"--render: {path} is not a fedsheaf bench results file: {problem} (expected a "
+            "JSON object with meta, launches and results, as fedsheaf bench writes)"
         )
     return doc
 
@@ -369,7 +401,20 @@ def data_notes(cases: list[str], dataset: str, root: str) -> tuple[list[str], bo
     return notes, images, fedrep
 
 
+def _check_tag(tag: str) -> None:
+    try:
+        check_plain_name(tag, "--tag")
+    except ConfigError:
+        raise ConfigError(
+            f"--tag {tag!r} must be a plain name (not blank, no '/' or '\\', not . or .., at "
+            "most 255 bytes): it names <out>/<tag>.json, <out>/<tag>.md and <out>/logs/<tag>/; "
+            "use --out to choose the folder"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.tag is not None:
+        _check_tag(args.tag)
     if args.render:
         path = Path(args.render)
         _, md = report.write(path.parent, path.stem, read_results(path))

@@ -186,10 +186,14 @@ def parse_ufm_config(raw: Any, source: str = "<config>") -> UFMConfig:
 def load_ufm_config(path: str | Path) -> UFMConfig:
     """Read and validate a UFM config file (strict YAML, :func:`fedsheaf.yamlio.load`)."""
     path = Path(path)
+    if path.exists() and not (path.is_file() or path.is_dir()):
+        raise ConfigError(f"cannot read UFM config {str(path)!r}: not a regular file")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError(f"cannot read UFM config {str(path)!r}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"cannot read UFM config {str(path)!r}: not UTF-8 text") from None
     try:
         raw = yamlio.load(text)
     except (yaml.YAMLError, RecursionError, *yamlio.BAD_VALUE) as err:

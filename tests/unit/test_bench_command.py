@@ -103,6 +103,61 @@ def test_render_of_a_missing_or_non_json_file_is_one_error_line(tmp_path, capsys
     assert not (tmp_path / "notes.md").exists()
 
 
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('{"meta": {}, "launches": [], "results": 5}', "its results are not an object"),
+        ("[1, 2]", "it holds a JSON list, not an object"),
+        ('{"meta": {}}', "it lacks launches and results"),
+        ('{"meta": [], "launches": [], "results": {}}', "its meta is not an object"),
+        ('{"meta": {}, "launches": [1], "results": {}}', "its launches are not a list of"),
+        ('{"meta": {}, "launches": [], "results": {"bytes": {}}}', "its bytes results are not"),
+        (
+            '{"meta": {}, "launches": [], "results": {"overhead": [{"label": "x"}]}}',
+            "its overhead results lack key 'ratio'",
+        ),
+        (
+            '{"meta": {}, "launches": [], "results": {"clients": [5]}}',
+            "its clients results are malformed (",
+        ),
+        ('{"meta": {"notes": 5}, "launches": [], "results": {}}', "its meta or launches are"),
+        ("[" * 100_000, "is not valid JSON"),
+    ],
+)
+def test_render_of_a_file_that_is_not_a_results_file_is_one_error_line(
+    tmp_path, capsys, text, words
+):
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    assert cli.main(["bench", "--render", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedsheaf: error: --render: {path} ") and err.count("\n") == 1, err
+    assert words in err, err
+    assert path.read_text() == text and sorted(tmp_path.iterdir()) == [path]
+
+
+def test_render_of_a_file_that_is_not_utf8_is_one_error_line(tmp_path, capsys):
+    path = tmp_path / "r.json"
+    path.write_bytes(b'{"meta": "\xff"}')
+    assert cli.main(["bench", "--render", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedsheaf: error: --render: cannot read results file {path}: ")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("tag", ["../x", "a/b", "..", "."])
+def test_a_tag_that_is_not_a_plain_name_is_refused(tmp_path, capsys, tag):
+    out = tmp_path / "bench" / "out"
+    harmless = "true {n}"  # were a launch started, it would end at once
+    argv = ["bench", "overhead", "--launcher", harmless, "--out", str(out), "--tag", tag]
+    assert cli.main([*argv, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedsheaf: error: --tag {tag!r} must be a plain name"), err
+    assert err.count("\n") == 1
+    assert cli.main(argv) == 2  # refused before any launch
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_render_rewrites_the_markdown_of_a_results_file(tmp_path, capsys):
     doc = {"meta": {"tag": "t", "size": "small", "device": "cpu"}, "launches": [], "results": {}}
     path = tmp_path / "t.json"

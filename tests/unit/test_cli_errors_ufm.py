@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,19 @@ def test_config_error_names_the_file_once(tmp_path: Path, capsys: pytest.Capture
     err = capsys.readouterr().err
     assert err.startswith(f"fedsheaf: error: {path}: unknown key 'name'"), err
     assert err.count(str(path)) == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.timeout(60)  # a regression would block on the pipe
+def test_an_unreadable_config_is_one_error_naming_it(tmp_path, capsys) -> None:
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("lam_H: 0.1  # \u00e9\n".encode("latin-1"))
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # reading it would block
+    for path, why in ((latin1, "not UTF-8 text"), (fifo, "not a regular file")):
+        assert cli.main(["ufm", "--config", str(path), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert err == f"fedsheaf: error: cannot read UFM config {str(path)!r}: {why}\n"
     assert not (tmp_path / "out").exists()
 
 

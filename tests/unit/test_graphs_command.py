@@ -1,17 +1,20 @@
 """``fedsheaf graph build/show`` through configure()/run()."""
 
 import argparse
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 from fedsheaf import graph_command
+from fedsheaf.cli import main
 from fedsheaf.errors import GraphError
 from fedsheaf.graphs import Graph, load_graph
 from fedsheaf.presets import mnist15_graph, table3_pair_graph
 
 GRAPHS = Path(__file__).resolve().parents[2] / "graphs"
+CONFIGS = GRAPHS.parent / "configs"
 
 
 def cli(*argv: str) -> int:
@@ -125,6 +128,10 @@ def test_show(capsys: pytest.CaptureFixture[str]) -> None:
         (["build", "pair", "--dims", "4,4,4"], "exactly 2 dims"),
         (["build", "pair"], "graph build pair: give --dim D (the Table-3 pair) or --dims D0,D1"),
         (["build", "mnist15", "--density", "2"], "density must be in"),
+        (["build", "class-overlap", "--dims", "4,4", "--classes", "0,1;99"], "got 99"),
+        (["build", "ring", "--dims", "4,4", "--classes", "0,-1;10"], "in 0..9 (the data"),
+        (["build", "ring", "--dims", "4,4", "--name", "a/b"], "--name 'a/b' must be a plain"),
+        (["build", "ring", "--dims", "4,4", "--name", ".."], "--name '..' must be a plain"),
         (["show", "/nonexistent/graph.yaml"], "does not exist"),
     ],
 )
@@ -152,18 +159,90 @@ def test_an_existing_different_file_is_kept_unless_force(
     with pytest.raises(GraphError, match="exists and holds a different graph.*--force"):
         cli("build", "pair", "--dim", "128", "--out", str(out))
     assert out.read_text() == first
-    out.write_text("not a graph: [\n")
-    with pytest.raises(GraphError, match="exists and holds a different graph"):
+    out.write_text("name: pair\nnodes: [\n")  # a damaged graph file
+    with pytest.raises(GraphError, match="exists and is a damaged or empty graph file.*--force"):
         cli("build", "pair", "--dim", "128", "--out", str(out))
     assert cli("build", "pair", "--dim", "128", "--out", str(out), "--force") == 0
     assert load_graph(out) == table3_pair_graph(128)
     config = tmp_path / "config.yaml"  # some other YAML file: never replaced
     config.write_text("name: quickstart\nagents: []\n")
-    with pytest.raises(GraphError, match="holds a run config, not a graph; .* another --out"):
+    with pytest.raises(GraphError, match="keys name, agents, not a graph .*; .* another --out"):
         cli("build", "pair", "--dim", "128", "--out", str(config), "--force")
     assert config.read_text() == "name: quickstart\nagents: []\n"
     with pytest.raises(GraphError, match="is a directory; give the graph file's name"):
         cli("build", "pair", "--dim", "128", "--out", str(tmp_path), "--force")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "words"),
+    [
+        ("study.yaml", (CONFIGS / "pair_sweep.yaml").read_bytes(), "keys study, config,"),
+        ("run.yaml", (CONFIGS / "quickstart.yaml").read_bytes(), "keys name, algorithm,"),
+        ("notes.txt", b"remember the pair graph\n", "holds plain text, not a graph"),
+        ("latin1.yaml", "name: caf\u00e9\nnodes: []\n".encode("latin-1"), "not UTF-8 text"),
+        ("list.yaml", b"- [0, 1]\n", "holds a YAML list, not a graph"),
+        ("notes.yaml", b"# only a comment\n", "holds comments only"),
+        ("extra.yaml", b"nodes: []\nedges: []\nseed: 1\n", "keys nodes, edges, seed, not"),
+        ("broken.yaml", b"agents: [\n", "neither valid YAML (line 2"),
+        ("graph.txt", b"name: g\nnodes: [\n", "neither valid YAML"),  # a .txt: not a graph
+    ],
+)
+def test_force_never_replaces_a_file_that_is_not_a_graph(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, content: bytes, words: str
+) -> None:
+    out = tmp_path / name
+    out.write_bytes(content)
+    assert main(["graph", "build", "pair", "--dim", "64", "--out", str(out), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedsheaf: error: {out} exists and ") and err.count("\n") == 1, err
+    assert words in err and "it will not be replaced, even with --force" in err, err
+    assert out.read_bytes() == content
+    assert sorted(tmp_path.iterdir()) == [out]  # no temporary file left either
+
+
+@pytest.mark.timeout(60)  # a regression would block on the pipe
+def test_force_does_not_open_a_pipe(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "g.yaml"
+    os.mkfifo(fifo)  # reading it would block
+    assert main(["graph", "build", "pair", "--dim", "64", "--out", str(fifo), "--force"]) == 2
+    assert "exists and is not a regular file" in capsys.readouterr().err
+    assert fifo.is_fifo()
+
+
+def test_force_replaces_an_empty_file(tmp_path: Path) -> None:
+    out = tmp_path / "g.yml"
+    out.write_text("\n")
+    with pytest.raises(GraphError, match="is a damaged or empty graph file"):
+        cli("build", "pair", "--dim", "64", "--out", str(out))
+    assert cli("build", "pair", "--dim", "64", "--out", str(out), "--force") == 0
+    assert load_graph(out) == table3_pair_graph(64)
+
+
+def test_a_name_with_a_path_separator_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["graph", "build", "ring", "--dims", "4,4", "--name", "a/b"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedsheaf: error: --name 'a/b' must be a plain name") and (
+        err.count("\n") == 1
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_class_ids_outside_the_data_sets_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "g.yaml"
+    argv = ["graph", "build", "class-overlap", "--dims", "4,4", "--out", str(out)]
+    assert main([*argv, "--classes", "0,1;99"]) == 2
+    assert capsys.readouterr().err == (
+        "fedsheaf: error: --classes '0,1;99': class ids must be in 0..9 "
+        "(the data sets have 10 classes); got 99\n"
+    )
+    assert not out.exists()
+    assert main([*argv, "--classes", "0,1;9"]) == 0
+    assert load_graph(out).classes == ((0, 1), (9,))
 
 
 def test_cli_help_describes_graph(capsys: pytest.CaptureFixture[str]) -> None:

@@ -162,6 +162,26 @@ def test_cli_watch_and_errors(tmp_path, capsys):
         watch(path, interval=0)
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--interval", "nan"),
+        ("--interval", "inf"),
+        ("--interval", "1e10"),  # time.sleep overflows
+        ("--interval", "-1"),
+        ("--stall", "nan"),
+        ("--stall", "inf"),
+        ("--stall", "0"),
+    ],
+)
+def test_a_bad_interval_or_stall_is_one_error_line(tmp_path, capsys, option, value):
+    path = make_decentralized(tmp_path, "run", epochs=2)  # finished: returns at once
+    assert cli.main(["watch", str(path), option, value]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"fedsheaf: error: {option} must be a finite positive number of ")
+
+
 def test_corrupt_config_or_summary_is_one_error_line(tmp_path, capsys):
     path = make_decentralized(tmp_path, "run", epochs=2)
     summary = (path / "summary.json").read_text()
@@ -181,7 +201,8 @@ def test_corrupt_config_or_summary_is_one_error_line(tmp_path, capsys):
 def test_help_shows_the_interval_default(capsys):
     with pytest.raises(SystemExit):
         cli.main(["watch", "--help"])
-    assert "seconds between polls (default: 5.0)" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
+    assert "seconds between polls, at most a day (default: 5.0)" in out
 
 
 class StartsTheJob(io.StringIO):
