@@ -18,10 +18,13 @@ agents at bottleneck ``d`` on a pair graph of that ``d`` (``graphs/pair-d<d>.yam
 
 Every run is ``method × axis value × grid point × seed`` and becomes the command
 ``mpiexec -n N fedsheaf run <config> key=value...`` with its own ``output.name`` under
-``<sweep dir>/runs``. ``--local`` runs them one after another (skipping finished ones
-and resuming interrupted ones from their checkpoints),
-``--emit`` writes them one per line for a SLURM job array, and without either the plan
-is printed and nothing is written. ``study.json`` in the sweep directory records every
+``<sweep dir>/runs``. ``N`` is the one rank count a graph method's runs take (one rank
+per graph node, plus a server rank for FedProto and FedMuscle; a method's ``ranks``, if
+given, must be that count); a server-based method names its own (``ranks: 11``: a
+server and 1 to ``federated.clients`` workers). ``--local`` runs them one after another
+(skipping finished ones and resuming interrupted ones from their checkpoints), ``--emit``
+writes them one per line for a SLURM job array, and without either the plan is printed
+and nothing is written. ``study.json`` in the sweep directory records every
 run for ``fedsheaf report``.
 """
 
@@ -35,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,10 +46,16 @@ from typing import Any
 import yaml
 
 from fedsheaf import yamlio
-from fedsheaf.config import HUB_BASED, load_config, override_key, override_leaves, read_yaml
+from fedsheaf.config import (
+    ExperimentConfig,
+    load_config,
+    override_key,
+    override_leaves,
+    read_yaml,
+)
 from fedsheaf.errors import ConfigError
 from fedsheaf.hostinfo import failed_to_start, launcher_template, launcher_words, local_launcher
-from fedsheaf.results import atomic_write_json, atomic_write_text
+from fedsheaf.results import atomic_write_json, atomic_write_text, is_run_dir
 from fedsheaf.units import count
 
 STUDY_KEYS = ("study", "config", "output", "seeds", "set", "axis", "methods")
@@ -77,6 +87,22 @@ class Run:
 
 
 @dataclass
+class Method:
+    """One entry of a study's ``methods``, checked: its overrides, grid and rank count
+    (None: the one count its runs take, see :func:`_ranks`)."""
+
+    name: str
+    overrides: list[str]
+    grid: dict[str, list[Any]]
+    ranks: int | None
+
+    def points(self) -> list[dict[str, Any]]:
+        """Every point of the grid (one empty point without a grid)."""
+        keys = list(self.grid)
+        return [dict(zip(keys, p, strict=True)) for p in itertools.product(*self.grid.values())]
+
+
+@dataclass
 class Study:
     name: str
     path: str
@@ -84,6 +110,8 @@ class Study:
     axis: str
     grid_keys: list[str]
     runs: list[Run]
+    #: a preset axis: (preset, base config, values), whose run configs the runs name
+    preset: tuple[str, str, list[Any]] | None = None
 
 
 def _fmt(value: Any) -> str:
@@ -134,9 +162,21 @@ def _unknown(raw: dict[str, Any], allowed: tuple[str, ...], where: str) -> None:
 
 
 def _list(raw: Any, where: str) -> list[Any]:
+    """A non-empty list without repeats (a repeated seed or value would be one run twice)."""
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"{where} must be a non-empty list")
+    for i, value in enumerate(raw):
+        if value in raw[:i]:
+            raise ConfigError(f"{where} lists {_yaml_value(value)} twice")
     return raw
+
+
+def _path(raw: dict[str, Any], key: str, where: str, default: str = "") -> Path:
+    """The study's ``key``, a path (``default`` where it is not given)."""
+    value = raw.get(key) or default
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: '{key}' must be a path, not {_yaml_value(value)}")
+    return Path(value)
 
 
 def _preset_config(preset: str, value: Any, base: Path, out: Path) -> Path:
@@ -183,15 +223,23 @@ def expand(
     """Read a study file and list its runs (validating every run's config).
 
     ``extra`` overrides go to every run, after the study's own. ``output`` replaces the
-    study's sweep directory. Preset axes write their run configs and graphs into the
-    sweep directory; with ``write=False`` (the printed plan) they are written to a
-    scratch folder for validation only, and the runs still name their places in the
-    sweep directory.
+    study's sweep directory. A preset axis's run configs and graphs are validated in a
+    scratch folder; once every run is valid, ``write`` writes them into the sweep
+    directory (:func:`write_presets`), where the runs name them.
     """
-    if write:
-        return _expand(Path(study_path), list(extra or []), None, output)
     with tempfile.TemporaryDirectory(prefix="fedsheaf-sweep-") as scratch:
-        return _expand(Path(study_path), list(extra or []), Path(scratch), output)
+        study = _expand(Path(study_path), list(extra or []), Path(scratch), output)
+    if write:
+        write_presets(study)
+    return study
+
+
+def write_presets(study: Study) -> None:
+    """Write a preset axis's run configs and graphs into the sweep directory."""
+    if study.preset is not None:
+        preset, base, values = study.preset
+        for value in values:
+            _preset_config(preset, value, Path(base), study.output)
 
 
 def _check_not_owned(overrides: list[str], owned: dict[str, str], where: str) -> None:
@@ -211,21 +259,136 @@ def _check_not_owned(overrides: list[str], owned: dict[str, str], where: str) ->
                 raise ConfigError(f"{where}: {held} is set by the sweep for each run; {why}")
 
 
-def _expand(path: Path, extra: list[str], scratch: Path | None, output: str | Path | None) -> Study:
+def _method(raw: Any, where: str, owned: dict[str, str]) -> Method:
+    """Check one entry of ``methods`` (its ``set`` may not hold ``owned`` keys, nor its
+    own grid keys)."""
+    if not isinstance(raw, dict) or "name" not in raw:
+        raise ConfigError(f"{where}: every method needs at least a 'name'")
+    _unknown(raw, METHOD_KEYS, f"{where}: method {raw.get('name')}")
+    here = f"{where}: method {raw['name']}"
+    grid = raw.get("grid") or {}
+    if not isinstance(grid, dict):
+        raise ConfigError(f"{here}: 'grid' must map keys to value lists")
+    ranks = raw.get("ranks")
+    if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1):
+        raise ConfigError(
+            f"{here}: 'ranks' must be a whole number of MPI ranks, 1 or more, "
+            f"not {_yaml_value(ranks)}"
+        )
+    method = Method(
+        str(raw["name"]),
+        _as_overrides(raw.get("set"), f"{here} 'set'"),
+        {str(k): _list(v, f"{here}: grid {k}") for k, v in grid.items()},
+        ranks,
+    )
+    _check_not_owned(method.overrides, {**owned, **_grid_owned([method])}, f"{here} 'set'")
+    return method
+
+
+def _grid_owned(methods: list[Method], hint: str = "") -> dict[str, str]:
+    """The grid keys of ``methods`` (full keys) -> which methods grid them (for
+    :func:`_check_not_owned`)."""
+    held: dict[str, list[str]] = {}
+    for m in methods:
+        for key in m.grid:
+            held.setdefault(override_key(f"{key}=0"), []).append(m.name)
+    return {
+        key: f"it is a grid key of {'method' if len(names) == 1 else 'methods'} "
+        f"{', '.join(names)}{hint}"
+        for key, names in held.items()
+    }
+
+
+def _ranks(
+    method: Method, cfg: ExperimentConfig, where: str, tag: str, known: dict[Any, str]
+) -> int:
+    """The rank count of run ``tag`` of ``method``: its ``ranks``, checked against the
+    run as the job would check it; without one, the one count a graph run takes.
+
+    ``ranks_needed`` says that one count (``"4"``), or for a server-based run the range
+    (``"2 to 101"``); ``known`` keeps what it said for each graph file and client count,
+    so that a study reads each graph once.
+    """
+    from fedsheaf.algorithms.federated.setup import check_ranks  # (torch)
+    from fedsheaf.preflight import ranks_needed
+
+    key = (cfg.algorithm, cfg.graph, cfg.federated.clients)
+    if key not in known:
+        known[key] = ranks_needed(cfg)
+    needed, n = known[key], method.ranks
+    graph_run = cfg.decentralized or cfg.hub_based
+    if n is None and graph_run:
+        return int(needed)
+    if n is None:
+        raise ConfigError(
+            f"{where}: method {method.name}: server-based algorithm {cfg.algorithm} runs on "
+            f"{needed} ranks (a server and worker ranks that host the "
+            f"{count(cfg.federated.clients, 'client')}); choose how many with the method's "
+            "'ranks'"
+        )
+    if graph_run and str(n) != needed:
+        roles = "one per graph node" + (" plus a server rank" if cfg.hub_based else "")
+        raise ConfigError(
+            f"{where}: method {method.name}: ranks {n} does not fit run {tag}: "
+            f"{cfg.algorithm} runs on exactly {needed} ranks there ({roles}); leave "
+            "'ranks' out to get that"
+        )
+    if not graph_run:
+        try:
+            check_ranks(cfg, n)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"{where}: method {method.name}: ranks {n} does not fit run {tag}: {exc}"
+            ) from None
+    return n
+
+
+def check_sweep_dir(out: Path, study: str) -> None:
+    """Refuse a sweep directory that is (or lies inside) a run directory, or that holds
+    another study's ``study.json`` (the same study's is continued)."""
+    where = f"sweep directory {out}"
+    choose = "choose another sweep directory (--out DIR or the study's 'output')"
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{where} is a file; {choose}")
+    run = next((p for p in (out.absolute(), *out.absolute().parents) if is_run_dir(p)), None)
+    if run == out.absolute():
+        raise ConfigError(f"{where} is a run directory (a run's config.yaml and results); {choose}")
+    if run is not None:
+        raise ConfigError(f"{where} lies inside the run directory {run}; {choose}")
+    manifest = out / "study.json"
+    if not manifest.exists():
+        return
+    try:
+        other = json.loads(manifest.read_text(encoding="utf-8")).get("study")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        other = None
+    if other == study:
+        return
+    if not isinstance(other, str):
+        raise ConfigError(f"{where} holds a study.json that no sweep wrote; {choose}")
+    raise ConfigError(
+        f"{where} holds the runs of study {other} (its study.json), not of study {study}; {choose}"
+    )
+
+
+def _expand(path: Path, extra: list[str], scratch: Path, output: str | Path | None) -> Study:
     where = f"study file {path}"
     raw = read_yaml(path, what="study file")
     _unknown(raw, STUDY_KEYS, where)
     for key in ("study", "config", "axis", "methods"):
-        if key not in raw:
+        if raw.get(key) is None:
             raise ConfigError(f"{where} needs key '{key}'")
     name = str(raw["study"])
-    base = Path(raw["config"])
-    if not base.is_file():
-        raise ConfigError(f"{where}: run config {base} does not exist")
-    out = Path(output or raw.get("output") or f"runs/{name}")
+    base = _path(raw, "config", where)
+    if "study" in read_yaml(base, what=f"{where}: run config"):
+        raise ConfigError(
+            f"{where}: run config {base} is a study file, not a run config; name the "
+            "config every run starts from"
+        )
+    out = Path(output) if output else _path(raw, "output", where, f"runs/{name}")
+    check_sweep_dir(out, name)
     seeds = _list(raw.get("seeds", [0]), f"{where}: 'seeds'")
     study_set = _as_overrides(raw.get("set"), f"{where}: 'set'")
-    common = study_set + extra
     owned = {
         "seed": "list the seeds under the study's 'seeds'",
         "output.": "choose the sweep directory with the study's 'output' or --out DIR "
@@ -244,44 +407,37 @@ def _expand(path: Path, extra: list[str], scratch: Path | None, output: str | Pa
     if "key" in axis:
         axis_key = override_key(f"{axis['key']}=0")
         owned[axis_key] = "it is the study's axis (list its values under 'axis')"
-    _check_not_owned(study_set, owned, f"{where}: 'set'")
-    _check_not_owned(extra, owned, "--set")
 
-    methods = _list(raw["methods"], f"{where}: 'methods'")
-    grid_keys: list[str] = []
+    methods = [_method(m, where, owned) for m in _list(raw["methods"], f"{where}: 'methods'")]
+    named = Counter(m.name for m in methods)
+    again = next((n for n, k in named.items() if k > 1), None)
+    if again is not None:
+        raise ConfigError(f"{where}: two methods are named {again}; give them distinct names")
+    in_grid = _grid_owned(methods, "; to fix it for the other methods, use their own 'set'")
+    _check_not_owned(study_set, {**owned, **in_grid}, f"{where}: 'set'")
+    _check_not_owned(extra, {**owned, **in_grid}, "--set")
+    grid_keys = list(dict.fromkeys(k for m in methods for k in m.grid))
     runs: list[Run] = []
+    known: dict[Any, str] = {}
     for value in values:
         if "preset" in axis:
-            written = _preset_config(str(axis["preset"]), value, base, scratch or out)
-            cfg_path, check_path = out / written, (scratch or out) / written
+            written = _preset_config(str(axis["preset"]), value, base, scratch)
+            cfg_path, check_path = out / written, scratch / written
             axis_over: list[str] = []
         else:
             cfg_path = check_path = base
             axis_over = [f"{axis['key']}={_yaml_value(value)}"]
         for m in methods:
-            if not isinstance(m, dict) or "name" not in m:
-                raise ConfigError(f"{where}: every method needs at least a 'name'")
-            _unknown(m, METHOD_KEYS, f"{where}: method {m.get('name')}")
-            mname = str(m["name"])
-            grid = m.get("grid") or {}
-            if not isinstance(grid, dict):
-                raise ConfigError(f"{where}: method {mname}: 'grid' must map keys to value lists")
-            keys = list(grid)
-            grid_keys += [k for k in keys if k not in grid_keys]
-            points = list(itertools.product(*(_list(grid[k], f"{mname} grid {k}") for k in keys)))
-            m_over = _as_overrides(m.get("set"), f"{where}: method {mname} 'set'")
-            in_grid = {override_key(f"{k}=0"): f"it is a grid key of method {mname}" for k in keys}
-            _check_not_owned(m_over, {**owned, **in_grid}, f"{where}: method {mname} 'set'")
-            for point, seed in itertools.product(points, seeds):
-                gp = dict(zip(keys, point, strict=True))
+            for gp, seed in itertools.product(m.points(), seeds):
                 tag = "-".join(
-                    [mname, f"{axis_name}{_fmt(value)}"]
+                    [m.name, f"{axis_name}{_fmt(value)}"]
                     + [f"{k.split('.')[-1]}{_fmt(v)}" for k, v in gp.items()]
                     + [f"seed{seed}"]
                 )
                 overrides = (
-                    common
-                    + m_over
+                    study_set
+                    + extra
+                    + m.overrides
                     + axis_over
                     + [f"{k}={_yaml_value(v)}" for k, v in gp.items()]
                     + [f"seed={seed}", f"output.dir={out / 'runs'}", f"output.name={tag}"]
@@ -290,26 +446,30 @@ def _expand(path: Path, extra: list[str], scratch: Path | None, output: str | Pa
                     cfg = load_config(check_path, overrides)
                 except ConfigError as exc:
                     raise ConfigError(f"study {name}, run {tag}: {exc}") from None
-                ranks = m.get("ranks") or len(cfg.agents) + (1 if cfg.algorithm in HUB_BASED else 0)
                 runs.append(
                     Run(
                         tag,
-                        mname,
+                        m.name,
                         axis_name,
                         value,
                         gp,
                         int(seed),
                         str(cfg_path),
                         overrides,
-                        int(ranks),
+                        _ranks(m, cfg, where, tag, known),
                         str(out / "runs" / tag),
                         {"algorithm": cfg.algorithm},
                     )
                 )
-    names = [r.name for r in runs]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"{where}: two runs share a name; give the methods distinct names")
-    return Study(name, str(path), out, axis_name, grid_keys, runs)
+    again = next((t for t, k in Counter(r.name for r in runs).items() if k > 1), None)
+    if again is not None:
+        raise ConfigError(
+            f"{where}: two different runs would both be named {again} (values that differ "
+            "only past the 6 significant digits of run names, or a method name that reads "
+            "as another's run names); make them differ"
+        )
+    preset = (str(axis["preset"]), str(base), values) if "preset" in axis else None
+    return Study(name, str(path), out, axis_name, grid_keys, runs, preset)
 
 
 def write_manifest(study: Study) -> Path:
@@ -381,7 +541,10 @@ def run_local(study: Study, force: bool = False) -> int:
             print(f"{label}: done in {seconds:.0f} s", flush=True)
     total = time.perf_counter() - start_all
     record_timings(study.output / "timings.json", timings, total)
-    print(f"sweep {study.name}: {len(timings)} runs in {total / 60:.1f} min, {len(failed)} failed")
+    print(
+        f"sweep {study.name}: {count(len(timings), 'run')} in {total / 60:.1f} min, "
+        f"{len(failed)} failed"
+    )
     return len(failed)
 
 
@@ -505,19 +668,23 @@ def run(args: argparse.Namespace) -> int:
             "option --launcher applies only to --emit (--local uses this machine's mpiexec)"
         )
     dry = not args.local and args.emit is None
-    study = expand(args.study, args.set, write=not dry, output=args.out)
+    study = expand(args.study, args.set, write=False, output=args.out)
     if dry:
         for r in study.runs:
             print(shlex.join(r.argv(["mpiexec", "-n", str(r.ranks)], ["fedsheaf"])))
-        print(f"# {len(study.runs)} runs; add --local to run them or --emit to list them")
+        them = "it" if len(study.runs) == 1 else "them"
+        print(
+            f"# {count(len(study.runs), 'run')}; add --local to run {them} or --emit to list {them}"
+        )
         return 0
     target = None
     if args.emit is not None:  # refused before anything is written
         target = Path(args.emit) if args.emit else study.output / "commands.txt"
         check_emit_target(target)
+    write_presets(study)
     manifest = write_manifest(study)
     if target is not None:
         path = emit(study, target, args.launcher or DEFAULT_LAUNCHER)
-        print(f"wrote {len(study.runs)} commands to {path} (manifest {manifest})")
+        print(f"wrote {count(len(study.runs), 'command')} to {path} (manifest {manifest})")
         return 0
     return 1 if run_local(study, force=args.force) else 0

@@ -303,9 +303,9 @@ def test_keys_the_sweep_sets_per_run_cannot_be_overridden(tmp_path, capsys):
     # sections given whole that leave the sweep's keys alone pass
     fine = {"checkpoint": {"every": 2}, "data": {"limit": 50}, "output": {}}
     assert len(expand(_study(tmp_path, seeds=[0], set=fine), write=False).runs) == 12
-    # a key one method grids may still be set for all (the others keep it)
-    both = [{"name": "sf", "grid": {"sheaf.lam": [0.1]}}, {"name": "nc"}]
-    assert len(expand(_study(tmp_path, seeds=[0], set={"sheaf.lam": 0.3}, methods=both)).runs) == 6
+    # a value for the methods that do not grid a key goes in their own 'set'
+    both = [{"name": "sf", "grid": {"sheaf.lam": [0.1]}}, {"name": "nc", "set": {"lam": 0.3}}]
+    assert len(expand(_study(tmp_path, seeds=[0], methods=both), write=False).runs) == 6
 
 
 def test_out_chooses_the_sweep_directory(tmp_path, capsys):
@@ -315,3 +315,220 @@ def test_out_chooses_the_sweep_directory(tmp_path, capsys):
     lines = (target / "commands.txt").read_text().splitlines()
     assert len(lines) == 12 and all(f"output.dir={target / 'runs'}" in ln for ln in lines)
     assert (target / "study.json").is_file() and not (tmp_path / "out").exists()
+
+
+def _refused(capsys, argv: list[str], words: str) -> None:
+    """``fedsheaf sweep argv`` ends with one error line holding ``words`` (no traceback)."""
+    assert cli.main(["sweep", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedsheaf: error: ") and err.count("\n") == 1, err
+    assert words in err, err
+
+
+@pytest.mark.parametrize(
+    "ranks,shown", [("x", "x"), ([1], "[1]"), (-2, "-2"), (2.7, "2.7"), (0, "0"), (True, "true")]
+)
+def test_a_methods_ranks_must_be_a_whole_number(tmp_path, capsys, ranks, shown):
+    path = _study(
+        tmp_path, methods=[{"name": "nc", "set": {"algorithm": "noncoop"}, "ranks": ranks}]
+    )
+    _refused(
+        capsys,
+        [str(path), "--emit"],
+        f"study file {path}: method nc: 'ranks' must be a whole number of MPI ranks, 1 or "
+        f"more, not {shown}",
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_methods_ranks_must_be_the_count_its_runs_take(tmp_path, capsys):
+    quick = {"config": str(REPO / "configs/quickstart.yaml"), "set": None, "seeds": [0]}
+    path = _study(tmp_path, **quick, methods=[{"name": "sf", "ranks": 3}])
+    _refused(
+        capsys,
+        [str(path), "--emit"],
+        "method sf: ranks 3 does not fit run sf-s0-seed0: sheaf_frl runs on exactly 4 ranks "
+        "there (one per graph node); leave 'ranks' out to get that",
+    )
+    pair = {
+        "config": str(REPO / "configs/pair.yaml"),
+        "axis": {"name": "d", "preset": "table3", "values": [16]},
+        "set": None,
+        "seeds": [0],
+    }
+    path = _study(
+        tmp_path, **pair, methods=[{"name": "fp", "set": {"algorithm": "fedproto"}, "ranks": 2}]
+    )
+    _refused(
+        capsys,
+        [str(path), "--emit"],
+        "method fp: ranks 2 does not fit run fp-d16-seed0: fedproto runs on exactly 3 ranks "
+        "there (one per graph node plus a server rank)",
+    )
+    assert not (tmp_path / "out").exists()  # not even the preset's config and graph
+    path = _study(
+        tmp_path, **pair, methods=[{"name": "fp", "set": {"algorithm": "fedproto"}, "ranks": 3}]
+    )
+    assert [r.ranks for r in expand(path, write=False).runs] == [3]
+    path = _study(tmp_path, **quick, methods=[{"name": "sf", "ranks": 4}])
+    assert [r.ranks for r in expand(path, write=False).runs] == [4] * 3
+
+
+def test_server_based_methods_name_their_rank_count(tmp_path, capsys):
+    def study(**method) -> str:
+        return str(
+            _study(
+                tmp_path,
+                config=str(REPO / "configs/fedrep_fmnist_100c2.yaml"),
+                set=None,
+                seeds=[0],
+                axis={"name": "f", "key": "federated.fraction", "values": [0.1]},
+                methods=[{"name": "avg", "set": {"algorithm": "fedavg"}, **method}],
+            )
+        )
+
+    _refused(  # there is no one count to take: the study says which
+        capsys,
+        [study(), "--emit"],
+        "method avg: server-based algorithm fedavg runs on 2 to 101 ranks (a server and "
+        "worker ranks that host the 100 clients); choose how many with the method's 'ranks'",
+    )
+    _refused(
+        capsys,
+        [study(ranks=1), "--emit"],
+        "method avg: ranks 1 does not fit run avg-f0.1-seed0: server-based algorithm fedavg "
+        "needs at least 2 ranks",
+    )
+    _refused(capsys, [study(ranks=102), "--emit"], "launch with at most 101 ranks")
+    assert not (tmp_path / "out").exists()
+    assert cli.main(["sweep", study(ranks=11)]) == 0
+    assert capsys.readouterr().out.startswith("mpiexec -n 11 fedsheaf run ")
+
+
+def test_a_sweep_directory_is_neither_a_run_nor_another_studys(tmp_path, capsys, monkeypatch):
+    fake = tmp_path / "mpiexec"  # should a refusal fail, --local must not start MPI
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("FEDSHEAF_MPIEXEC", str(fake))
+    study = str(_study(tmp_path, seeds=[0]))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("name: x\n")
+    (run / "metrics.jsonl").write_text("{}\n")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "study.json").write_text('{"study": "pair", "runs": []}\n')
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "study.json").write_text("[1, 2]\n")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    choose = "; choose another sweep directory (--out DIR or the study's 'output')"
+    for out, words in (
+        (run, f"sweep directory {run} is a run directory (a run's config.yaml and results)"),
+        (run / "sweep", f"sweep directory {run / 'sweep'} lies inside the run directory {run}"),
+        (other, f"sweep directory {other} holds the runs of study pair (its study.json), not "
+         "of study s15"),
+        (foreign, f"sweep directory {foreign} holds a study.json that no sweep wrote"),
+        (run / "metrics.jsonl", f"sweep directory {run / 'metrics.jsonl'} is a file"),
+    ):  # fmt: skip
+        for mode in ("--emit", "--local"):
+            _refused(capsys, [study, mode, "--out", str(out)], words + choose)
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    # the same study continues in its own directory
+    (other / "study.json").write_text('{"study": "s15", "runs": []}\n')
+    assert cli.main(["sweep", study, "--emit", "--out", str(other)]) == 0
+    assert json.loads((other / "study.json").read_text())["study"] == "s15"
+
+
+def test_a_preset_study_writes_nothing_when_its_emit_target_is_refused(tmp_path, capsys):
+    path = _study(
+        tmp_path,
+        config=str(REPO / "configs/pair.yaml"),
+        axis={"name": "d", "preset": "table3", "values": [16]},
+        methods=[{"name": "sf"}],
+        set=None,
+        seeds=[0],
+    )
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    _refused(capsys, [str(path), "--emit", str(notes)], f"--emit {notes}: the file exists")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_study_set_may_not_set_a_grid_key(tmp_path, capsys):
+    path = str(_study(tmp_path, seeds=[0]))
+    grid = (
+        "sheaf.lam is set by the sweep for each run; it is a grid key of method sheaf_frl; to "
+        "fix it for the other methods, use their own 'set'"
+    )
+    _refused(capsys, [path, "--emit", "--set", "sheaf.lam=0.2"], f"error: --set: {grid}")
+    _refused(capsys, [path, "--emit", "--set", "lam=0.2"], f"error: --set: {grid}")
+    _refused(capsys, [path, "--emit", "--set", "sheaf={lam: 0.2}"], "--set: sheaf holds sheaf.lam")
+    path = str(_study(tmp_path, seeds=[0], set={"sheaf.lam": 0.3}))
+    _refused(capsys, [path, "--emit"], f"study file {path}: 'set': {grid}")
+    both = [
+        {"name": "sf", "set": {"algorithm": "sheaf_frl"}, "grid": {"sheaf.lam": [0.1]}},
+        {"name": "cf", "set": {"algorithm": "comfed"}, "grid": {"lam": [0.1]}},
+    ]
+    path = str(_study(tmp_path, seeds=[0], methods=both))
+    _refused(capsys, [path, "--set", "sheaf.lam=0.2"], "it is a grid key of methods sf, cf;")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "change,words",
+    [
+        ({"seeds": [0, 1, 0]}, "'seeds' lists 0 twice"),
+        (
+            {"axis": {"name": "s", "key": "data.shift", "values": [0.0, 0.6, 0.6]}},
+            "axis 'values' lists 0.6 twice",
+        ),
+        (
+            {"methods": [{"name": "sf", "grid": {"sheaf.lam": [1e-5, 0.1, 1e-5]}}]},
+            "method sf: grid sheaf.lam lists 1e-05 twice",
+        ),
+        (
+            {"methods": [{"name": "nc", "set": {"algorithm": "noncoop"}}, {"name": "nc"}]},
+            "two methods are named nc; give them distinct names",
+        ),
+        (
+            {"methods": [{"name": "sf", "grid": {"sheaf.lam": [0.1, 0.1000001]}}]},
+            "two different runs would both be named sf-s0-lam0.1-seed0",
+        ),
+        ({"config": ["a.yaml"]}, "'config' must be a path, not [a.yaml]"),
+        ({"output": ["x"]}, "'output' must be a path, not [x]"),
+    ],
+)
+def test_a_repeated_or_misplaced_study_entry_is_named(tmp_path, capsys, change, words):
+    path = _study(tmp_path, **change)
+    _refused(capsys, [str(path), "--emit"], f"study file {path}: {words}")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_run_config_that_is_a_directory_or_a_study_is_called_so(tmp_path, capsys):
+    path = _study(tmp_path, config=str(REPO / "configs"))
+    _refused(capsys, [str(path)], f"run config {REPO / 'configs'} is a directory, not a file")
+    path = _study(tmp_path, config=str(REPO / "configs/study15_sweep.yaml"))
+    _refused(
+        capsys,
+        [str(path)],
+        f"study file {path}: run config {REPO / 'configs/study15_sweep.yaml'} is a study "
+        "file, not a run config",
+    )
+
+
+def test_one_run_is_one_run(tmp_path, capsys):
+    path = str(
+        _study(
+            tmp_path,
+            seeds=[0],
+            methods=[{"name": "nc", "set": {"algorithm": "noncoop"}}],
+            axis={"name": "s", "key": "data.shift", "values": [0.6]},
+        )
+    )
+    assert cli.main(["sweep", path]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "# 1 run; add --local to run it or --emit to list it"
+    )
+    assert cli.main(["sweep", path, "--emit"]) == 0
+    assert capsys.readouterr().out.startswith("wrote 1 command to ")
