@@ -189,15 +189,36 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def write_failure(path: Path, rank: int, error: str) -> None:
+def write_failure(path: Path, rank: int, error: str, since: float | None = None) -> bool:
     """Best effort, never raising: say in run directory ``path`` why its job ended (only
-    where this rank sees that directory: nothing is created)."""
+    where this rank sees that directory: nothing is created). Returns whether this rank
+    is the one to say it: with ``since`` (when this process started, ``time.time()``), a
+    ``failed.json`` written since then by another rank of the job is kept (ranks that
+    fail together, e.g. all diverging at one step, report once); an older one, from an
+    earlier launch, is replaced. Without ``since``, or where nothing can be written,
+    every rank reports."""
     if not path.is_dir():
-        return
+        return True
+    target = path / FAILURE_FILE
+    note = {"rank": rank, "error": error, "time": _now()}
     try:
-        atomic_write_json(path / FAILURE_FILE, {"rank": rank, "error": error, "time": _now()})
+        if since is None:
+            atomic_write_json(target, note)
+            return True
+        tmp = path / f".{FAILURE_FILE}.{os.getpid()}.tmp"
+        atomic_write_json(tmp, note)
+        try:
+            os.link(tmp, target)  # atomic, and only where no failed.json exists
+            return True
+        except FileExistsError:
+            if target.stat().st_mtime >= since:
+                return False  # another rank of this job said it first
+            os.replace(tmp, target)
+            return True
+        finally:
+            tmp.unlink(missing_ok=True)
     except Exception:  # the job is ending on another error already
-        pass
+        return True
 
 
 def read_failure(path: Path) -> dict[str, Any] | None:

@@ -3,7 +3,9 @@
 Rules this module enforces for the whole job:
 
 * An uncaught exception on any rank prints one message naming the rank and
-  calls ``MPI.COMM_WORLD.Abort`` so the job ends instead of hanging.
+  calls ``MPI.COMM_WORLD.Abort`` so the job ends instead of hanging. Once the run
+  directory is known, the first rank to write its ``failed.json`` is the one that
+  prints: ranks that fail together (every agent diverging at one step) say it once.
 * User-caused errors (:class:`~fedsheaf.errors.FedsheafError`) found before
   training by every rank are checked *collectively* (:meth:`World.agree`):
   rank 0 prints each distinct message once and every rank exits with status 2.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,6 +36,8 @@ USER_ERROR_EXIT = 2
 
 #: The run directory of this job once it is the run's (:func:`note_run_dir`).
 _RUN_DIR: Path | None = None
+#: When this rank started: a failed.json younger than this is this job's.
+_STARTED = time.time()
 
 
 def note_run_dir(path: Path) -> None:
@@ -48,16 +53,14 @@ def _abort_hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> N
     user_error = isinstance(exc, FedsheafError)
     code = USER_ERROR_EXIT if user_error else 1
     try:  # saying why must not keep the job from ending (stderr may be gone)
-        if user_error:
-            error = str(exc)
+        error = str(exc) if user_error else f"{exc_type.__name__}: {exc}"
+        first = _RUN_DIR is None or write_failure(_RUN_DIR, rank, error, since=_STARTED)
+        if first and user_error:
             sys.stderr.write(f"fedsheaf: error on rank {rank}: {exc}\n")
-        else:
-            error = f"{exc_type.__name__}: {exc}"
+        elif first:
             text = "".join(traceback.format_exception(exc_type, exc, tb))
             sys.stderr.write(f"fedsheaf: rank {rank} failed with {error}\n{text}")
         sys.stderr.flush()
-        if _RUN_DIR is not None:
-            write_failure(_RUN_DIR, rank, error)
     except Exception:
         pass
     finally:

@@ -171,3 +171,25 @@ def test_head_fedavg_make_results_writes_atomically(tmp_path: Path, capsys) -> N
     assert not (tmp_path / "table.md").exists()  # no runs, no run table
     assert not _leftovers(tmp_path)
     assert "final err to G_cen" in capsys.readouterr().out
+
+
+def test_the_first_rank_to_fail_reports_and_an_older_launchs_note_is_replaced(tmp_path):
+    import json
+    import os
+    import time
+
+    from fedsheaf.results import FAILURE_FILE, write_failure
+
+    started = time.time() - 1
+    assert write_failure(tmp_path, 2, "agent 2: loss became nan", since=started)
+    assert not write_failure(tmp_path, 0, "agent 0: loss became nan", since=started)
+    note = json.loads((tmp_path / FAILURE_FILE).read_text())
+    assert (note["rank"], note["error"]) == (2, "agent 2: loss became nan")
+    # the note of an earlier launch (older than this one's start) is not this job's
+    os.utime(tmp_path / FAILURE_FILE, (started - 60, started - 60))
+    assert write_failure(tmp_path, 1, "client 4: loss became nan", since=started)
+    assert json.loads((tmp_path / FAILURE_FILE).read_text())["rank"] == 1
+    assert write_failure(tmp_path, 3, "without since: every rank writes and reports")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [FAILURE_FILE]  # no temp files
+    assert write_failure(tmp_path / "unseen", 0, "x", since=started)  # reports, writes nothing
+    assert not (tmp_path / "unseen").exists()
