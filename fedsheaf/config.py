@@ -476,8 +476,21 @@ def override_leaves(text: str) -> list[str]:
     return [key]
 
 
+def _merged(old: Any, new: Any) -> Any:
+    """``new``, merged key by key into ``old`` where both are mappings."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return new
+    out = dict(old)
+    for key, value in new.items():
+        out[key] = _merged(out.get(key), value)
+    return out
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``key=value`` overrides to a raw config mapping (in place) and return it."""
+    """Apply ``key=value`` overrides to a raw config mapping (in place) and return it.
+
+    A mapping given to a section merges into it (``train={epochs: 1, lr: 0.1}`` sets
+    two keys and keeps the others); any other value replaces what was there."""
     for text in overrides:
         path, value = parse_override(text)
         path = expand_shorthand(path, text)
@@ -491,7 +504,8 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
             elif not isinstance(node, dict):
                 raise ConfigError(f"override '{text}': '{_key_text(path[:i])}' is not a section")
             if last:
-                node[part] = value
+                here = node[part] if isinstance(part, int) or part in node else None
+                node[part] = _merged(here, value)
             else:
                 if isinstance(part, str) and node.get(part) is None:
                     node[part] = [] if isinstance(path[i + 1], int) else {}

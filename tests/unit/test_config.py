@@ -340,3 +340,17 @@ def test_same_graph_looks_at_the_graph_not_the_text(tmp_path):
     assert same_graph(REPO / "graphs" / "quick4.yaml", commented)
     assert not same_graph(REPO / "graphs" / "quick4.yaml", fewer)
     assert not same_graph(REPO / "graphs" / "quick4.yaml", tmp_path / "missing.yaml")
+
+
+def test_a_mapping_given_to_a_section_merges_into_it():
+    base = load_config(QUICK)
+    cfg = load_config(QUICK, ["train={epochs: 1, lr: 0.5}", "agents[0]={dropout: 0.4}"])
+    assert (cfg.train.epochs, cfg.train.lr) == (1, 0.5)
+    assert cfg.train.batch_size == base.train.batch_size  # kept, not reset to the default
+    assert (cfg.train.momentum, cfg.train.clip) == (base.train.momentum, base.train.clip)
+    assert cfg.agents[0].dropout == 0.4 and cfg.agents[0].encoder == base.agents[0].encoder
+    # anything else replaces: a list, or a value where a section was
+    one = load_config(QUICK, ["agents[0].classes=[1]", "agents[0].classes=[2, 3]"])
+    assert one.agents[0].classes == [2, 3]
+    with pytest.raises(ConfigError, match="train"):
+        load_config(QUICK, ["train=3"])
