@@ -51,8 +51,10 @@ def job_ranks(given: int | None, cfg: ExperimentConfig) -> tuple[int, str]:
         if given < 1:
             raise ConfigError(f"-n must be a positive rank count, got {given}")
         return given, ""
-    ntasks = os.environ.get("SLURM_NTASKS", "")
-    if ntasks.isdigit():
+    ntasks = os.environ.get("SLURM_NTASKS", "").strip()
+    if ntasks:
+        if not (ntasks.isdigit() and int(ntasks) >= 1):
+            raise ConfigError(f"SLURM_NTASKS={ntasks!r} is not a rank count; give it with -n N")
         return int(ntasks), " (SLURM_NTASKS; -n to check another count)"
     if cfg.checkpoint.resume:
         wrote = manifest_ranks(Path(cfg.output.dir) / cfg.run_name())

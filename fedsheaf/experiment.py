@@ -115,6 +115,28 @@ def batch_warning(cfg: ExperimentConfig, part: Partition) -> str | None:
     )
 
 
+#: Algorithms that draw ``sheaf.pilot_batch`` pilots per step.
+PILOT_BATCH_READERS = ("sheaf_frl", "fedmuscle")
+
+
+def pilot_warning(cfg: ExperimentConfig, part: Partition) -> str | None:
+    """A warning when ``sheaf.pilot_batch`` exceeds the shared pilot set: every step then
+    uses the whole set."""
+    n = len(part.pilots)
+    if cfg.algorithm not in PILOT_BATCH_READERS or cfg.sheaf.pilot_batch <= n:
+        return None
+    return (
+        f"fedsheaf: warning: sheaf.pilot_batch={cfg.sheaf.pilot_batch} exceeds the {n} shared "
+        f"pilots: every step uses all {n}"
+    )
+
+
+def data_warnings(cfg: ExperimentConfig, part: Partition, graph: Graph) -> list[str]:
+    """What a job of this config says before training about its data and graph."""
+    found = (batch_warning(cfg, part), pilot_warning(cfg, part), graph_class_warning(cfg, graph))
+    return [w for w in found if w is not None]
+
+
 def check_shards(part: Partition) -> None:
     """Every agent's train, val and test sets are non-empty; one message names every
     agent that lacks one (the same on every rank, so a job prints it once)."""

@@ -238,10 +238,7 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
                 algorithm.check(cfg, data)
             experiment.agent_model(cfg, ds, agent, cpu)
         steps = experiment.steps_per_epoch(cfg, part)
-        warnings += [
-            experiment.batch_warning(cfg, part),
-            experiment.graph_class_warning(cfg, graph),
-        ]
+        warnings += experiment.data_warnings(cfg, part, graph)
         run = describe_graph_run(cfg, graph, ds, steps)
     else:
         fc = cfg.federated

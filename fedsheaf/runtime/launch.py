@@ -68,13 +68,8 @@ def run_decentralized(
     ds, part = world.agree(lambda: experiment.load_and_partition(cfg))
     data = world.agree(lambda: experiment.agent_data(ds, part, world.rank, world.device))
     steps = experiment.steps_per_epoch(cfg, part)
-    if world.is_root:
-        for warning in (
-            experiment.batch_warning(cfg, part),
-            experiment.graph_class_warning(cfg, graph),
-        ):
-            if warning is not None:
-                world.log(warning)
+    for warning in experiment.data_warnings(cfg, part, graph):
+        world.log(warning)
     run_path = Path(cfg.output.dir) / cfg.run_name()
     model = experiment.agent_model(cfg, ds, world.rank, world.device)
     agent = Agent(world.rank, cfg, graph, data, model, world.device, steps)

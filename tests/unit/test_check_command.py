@@ -102,6 +102,10 @@ def test_server_based_needs_a_rank_count_or_takes_the_allocations(capsys, out_di
     assert code == 0, err
     assert out.startswith("fedsheaf check: ok for 3 ranks (SLURM_NTASKS; -n to check another")
     assert "3 clients on 2 worker ranks" in out and "2 rounds" in out
+    for bad in ("0", "four"):  # an allocation's count that is none is said, not used
+        monkeypatch.setenv("SLURM_NTASKS", bad)
+        code, _, err = check(capsys, *args)
+        assert code == 2 and f"SLURM_NTASKS='{bad}' is not a rank count; give it with -n N" in err
 
 
 def test_hub_methods_count_the_server_rank(capsys, out_dir, tmp_path):

@@ -164,6 +164,18 @@ def test_every_rank_derives_the_same_partition_and_its_own_shard():
         f"samples of 2 agents (agent {min(small)}: {sizes[min(small)]}, agent {max(small)}: "
         f"{sizes[max(small)]}): their batches repeat samples"
     )
+    n = len(part.pilots)
+    assert experiment.pilot_warning(cfg, part) is None
+    cfg.sheaf.pilot_batch = n + 1
+    said = f"fedsheaf: warning: sheaf.pilot_batch={n + 1} exceeds the {n} shared pilots"
+    assert experiment.pilot_warning(cfg, part) == f"{said}: every step uses all {n}"
+    graph = experiment.build_graph(cfg, 4)
+    assert experiment.data_warnings(cfg, part, graph) == [
+        experiment.batch_warning(cfg, part),
+        experiment.pilot_warning(cfg, part),
+    ]
+    cfg.algorithm = "noncoop"  # fits its maps on every pilot: no batch to exceed
+    assert experiment.pilot_warning(cfg, part) is None
     m0 = experiment.agent_model(cfg, ds, 0, torch.device("cpu"))
     m0b = experiment.agent_model(cfg, ds, 0, torch.device("cpu"))
     m1 = experiment.agent_model(cfg, ds, 1, torch.device("cpu"))
