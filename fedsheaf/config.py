@@ -252,6 +252,29 @@ class CheckpointConfig:
     resume: bool = spec(False, doc="continue from the newest complete checkpoint, if any")
 
 
+def is_plain_name(value: str) -> bool:
+    """Whether ``value`` can be one file or directory name: not blank, not . or .., no
+    path separator or NUL, at most 255 bytes."""
+    return (
+        bool(value.strip())
+        and value not in (".", "..")
+        and not {"/", "\\", "\0"} & set(value)
+        and len(value.encode("utf-8", "surrogatepass")) <= 255
+    )
+
+
+def require_plain_name(
+    value: str, option: str, names: str, hint: str, error: type[Exception] = ConfigError
+) -> None:
+    """Refuse ``value`` for command option ``option`` unless :func:`is_plain_name`;
+    the message says what it ``names`` and gives the ``hint``."""
+    if not is_plain_name(value):
+        raise error(
+            f"{option} {value!r} must be a plain name (not blank, no '/' or '\\', not . or "
+            f".., at most 255 bytes): it names {names}; {hint}"
+        )
+
+
 def check_plain_name(value: str, key: str) -> None:
     """A name that becomes one directory name: no path separators, not empty, not . or .."""
     if not value.strip() or value in (".", "..") or "/" in value or "\\" in value:

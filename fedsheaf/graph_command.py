@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from fedsheaf import graphs, presets, yamlio
-from fedsheaf.config import check_plain_name
+from fedsheaf.config import require_plain_name
 from fedsheaf.errors import ConfigError, GraphError
 from fedsheaf.units import count
 
@@ -124,14 +124,8 @@ def _classes(args: argparse.Namespace, n: int) -> list[list[int]] | None:
 
 
 def _check_name(name: str) -> None:
-    try:
-        check_plain_name(name, "--name")
-    except ConfigError:
-        raise GraphError(
-            f"--name {name!r} must be a plain name (not blank, no '/' or '\\', not . or .., "
-            "at most 255 bytes): it names the graph and its default file graphs/<name>.yaml; "
-            "use --out to write elsewhere"
-        ) from None
+    where = "the graph and its default file graphs/<name>.yaml"
+    require_plain_name(name, "--name", where, "use --out to write elsewhere", GraphError)
 
 
 def build_from_args(args: argparse.Namespace) -> tuple[graphs.Graph, str]:

@@ -37,7 +37,7 @@ from fedsheaf.bench.plan import (
     parse_counts,
     plan,
 )
-from fedsheaf.config import check_plain_name, load_config
+from fedsheaf.config import load_config, require_plain_name
 from fedsheaf.errors import ConfigError
 from fedsheaf.hostinfo import (
     failed_to_start,
@@ -402,14 +402,8 @@ def data_notes(cases: list[str], dataset: str, root: str) -> tuple[list[str], bo
 
 
 def _check_tag(tag: str) -> None:
-    try:
-        check_plain_name(tag, "--tag")
-    except ConfigError:
-        raise ConfigError(
-            f"--tag {tag!r} must be a plain name (not blank, no '/' or '\\', not . or .., at "
-            "most 255 bytes): it names <out>/<tag>.json, <out>/<tag>.md and <out>/logs/<tag>/; "
-            "use --out to choose the folder"
-        ) from None
+    where = "<out>/<tag>.json, <out>/<tag>.md and <out>/logs/<tag>/"
+    require_plain_name(tag, "--tag", where, "use --out to choose the folder")
 
 
 def run(args: argparse.Namespace) -> int:
