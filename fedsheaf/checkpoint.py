@@ -213,6 +213,16 @@ def latest(run_dir: str | Path, n_ranks: int) -> Checkpoint | None:
     return found[0] if found else None
 
 
+def _torch_reason(exc: Exception) -> str:
+    """The first line of what torch said, without its advice to load the file unsafely."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0] if lines else ""
+    if "weights only load failed" in first.lower():
+        first = "it holds objects other than tensors and plain values"
+    first = first if len(first) <= 100 else first[:97] + "..."
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
 def load_rank(ckpt: Checkpoint, rank: int) -> dict[str, Any]:
     """One rank's saved state (tensors on CPU)."""
     path = ckpt.rank_file(rank)
@@ -220,10 +230,10 @@ def load_rank(ckpt: Checkpoint, rank: int) -> dict[str, Any]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except OSError as exc:
         raise CheckpointError(f"checkpoint file {path} cannot be read: {exc}") from None
-    except Exception:  # torch raises many types, with long advice, for a damaged file
+    except Exception as exc:  # torch raises many types, with long advice, for a damaged file
         raise CheckpointError(
             f"checkpoint file {path} cannot be read: it is damaged or truncated, or not a "
-            "checkpoint fedsheaf wrote"
+            f"checkpoint fedsheaf wrote ({_torch_reason(exc)})"
         ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint file {path} is not a fedsheaf checkpoint")

@@ -252,26 +252,36 @@ class CheckpointConfig:
     resume: bool = spec(False, doc="continue from the newest complete checkpoint, if any")
 
 
-def is_plain_name(value: str) -> bool:
+#: Classes of every data set fedsheaf reads (:mod:`fedsheaf.data.sources`), so class ids
+#: run 0..N_CLASSES-1 in run configs and graph files.
+N_CLASSES = 10
+
+
+def is_plain_name(value: str, room: int = 0) -> bool:
     """Whether ``value`` can be one file or directory name: not blank, not . or .., no
-    path separator or NUL, at most 255 bytes."""
+    path separator or NUL, at most 255 bytes less ``room`` (for a suffix added to it)."""
     return (
         bool(value.strip())
         and value not in (".", "..")
         and not {"/", "\\", "\0"} & set(value)
-        and len(value.encode("utf-8", "surrogatepass")) <= 255
+        and len(value.encode("utf-8", "surrogatepass")) <= 255 - room
     )
 
 
 def require_plain_name(
-    value: str, option: str, names: str, hint: str, error: type[Exception] = ConfigError
+    value: str,
+    option: str,
+    names: str,
+    hint: str,
+    error: type[Exception] = ConfigError,
+    suffix: str = "",
 ) -> None:
-    """Refuse ``value`` for command option ``option`` unless :func:`is_plain_name`;
-    the message says what it ``names`` and gives the ``hint``."""
-    if not is_plain_name(value):
+    """Refuse ``value`` for command option ``option`` unless :func:`is_plain_name` (with
+    room for the file ``suffix``); the message says what it ``names``, gives the ``hint``."""
+    if not is_plain_name(value, len(suffix.encode())):
         raise error(
             f"{option} {value!r} must be a plain name (not blank, no '/' or '\\', not . or "
-            f".., at most 255 bytes): it names {names}; {hint}"
+            f".., at most {255 - len(suffix.encode())} bytes): it names {names}; {hint}"
         )
 
 
@@ -343,7 +353,7 @@ class ExperimentConfig:
             raise ConfigError(
                 "config keys 'checkpoint.resume' and 'output.overwrite' exclude each other"
             )
-        n_classes = 10
+        n_classes = N_CLASSES
         for i, agent in enumerate(self.agents):
             bad = [c for c in agent.classes if c >= n_classes]
             if bad:

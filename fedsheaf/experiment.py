@@ -123,7 +123,8 @@ def pilot_warning(cfg: ExperimentConfig, part: Partition) -> str | None:
     """A warning when ``sheaf.pilot_batch`` exceeds the shared pilot set: every step then
     uses the whole set."""
     n = len(part.pilots)
-    if cfg.algorithm not in PILOT_BATCH_READERS or cfg.sheaf.pilot_batch <= n:
+    prototypes = cfg.algorithm == "sheaf_frl" and cfg.sheaf.pilot_strategy == "prototype"
+    if cfg.algorithm not in PILOT_BATCH_READERS or prototypes or cfg.sheaf.pilot_batch <= n:
         return None
     return (
         f"fedsheaf: warning: sheaf.pilot_batch={cfg.sheaf.pilot_batch} exceeds the {n} shared "

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from fedsheaf import graphs, presets, yamlio
-from fedsheaf.config import require_plain_name
+from fedsheaf.config import N_CLASSES, require_plain_name
 from fedsheaf.errors import ConfigError, GraphError
 from fedsheaf.units import count
 
@@ -37,10 +37,6 @@ _ALLOWED: dict[str, frozenset[str]] = {
     "erdos-renyi": frozenset({"dims", "classes", "p", "seed"}),
 }
 _OPTIONS = ("density", "dim", "dims", "classes", "p", "seed")
-
-#: Classes of every data set fedsheaf reads (fedsheaf.data.sources; run configs are checked
-#: against the same bound), so class ids run 0..N_CLASSES-1.
-N_CLASSES = 10
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -125,7 +121,8 @@ def _classes(args: argparse.Namespace, n: int) -> list[list[int]] | None:
 
 def _check_name(name: str) -> None:
     where = "the graph and its default file graphs/<name>.yaml"
-    require_plain_name(name, "--name", where, "use --out to write elsewhere", GraphError)
+    hint = "use --out to write elsewhere"
+    require_plain_name(name, "--name", where, hint, GraphError, suffix=".yaml")
 
 
 def build_from_args(args: argparse.Namespace) -> tuple[graphs.Graph, str]:

@@ -9,9 +9,10 @@ Works on any mix of run directories of both families (see :mod:`fedsheaf.results
   (every ``eval_every`` rounds; ``head_fedavg`` has ``test_mse`` instead), ``bytes_up``
   and ``bytes_down``.
 
-A run directory is any folder with a ``config.yaml`` beside a ``metrics.jsonl``, a
-``summary.json``, a ``failed.json`` or a ``stopped.json``; runs without a
-``summary.json`` are listed as failed, stopped or running.
+A run directory is any folder with a ``config.yaml`` beside one of
+:data:`fedsheaf.results.RUN_MARKS` (``metrics.jsonl``, ``summary.json``, checkpoints,
+``failed.json``, ``stopped.json``); runs without a ``summary.json`` are listed as
+failed, stopped or running.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from typing import Any, TypeVar
 from fedsheaf.config import SERVER_BASED, flat_keys, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import (
-    FAILURE_FILE,
-    STOP_FILE,
+    RUN_MARKS,
     atomic_write_text,
+    is_run_dir,
     outermost_runs,
     read_failure,
     read_json_object,
@@ -43,9 +44,6 @@ from fedsheaf.units import count, human_bytes
 
 T = TypeVar("T")
 
-#: Files of which one beside a ``config.yaml`` makes a run directory (a run that failed
-#: or was stopped before its first epoch has only the marker).
-RUN_MARKS = ("metrics.jsonl", "summary.json", FAILURE_FILE, STOP_FILE)
 
 #: Config keys that may differ between the seeds of one setting: they change no number
 #: (where files go, checkpointing, evaluation cadence, exchange overlap, where a server's
@@ -57,6 +55,7 @@ SEED_INDEPENDENT = (
     "output.",
     "checkpoint.",
     "train.eval_every",
+    "federated.eval_every",
     "train.device",
     "data.root",
     "data.download",
@@ -128,14 +127,12 @@ def find_runs(paths: list[str | Path]) -> list[RunInfo]:
             raise ConfigError(f"no such run or study directory: {p}")
         for cfg in [p / "config.yaml", *p.rglob("config.yaml")]:
             d = cfg.parent
-            if cfg.is_file() and any((d / f).is_file() for f in RUN_MARKS):
+            if is_run_dir(d):
                 dirs.add(d.resolve())
     if not dirs:
         where = ", ".join(map(str, paths))
-        raise ConfigError(
-            f"no run directories (config.yaml with metrics.jsonl, summary.json, "
-            f"{FAILURE_FILE} or {STOP_FILE}) under {where}"
-        )
+        marks = ", ".join(RUN_MARKS)
+        raise ConfigError(f"no run directories (config.yaml with one of {marks}) under {where}")
     return readable(outermost_runs(dirs), load_run)
 
 
@@ -558,6 +555,9 @@ def write_runs_report(
     if means:
         texts.append(("server_means.md", "# Seed means\n\n" + server_means_markdown(means)))
         texts.append(("server_means.csv", server_means_csv(means)))
+    else:  # not left from an earlier report into the same folder
+        for name in ("server_means.md", "server_means.csv"):
+            (out / name).unlink(missing_ok=True)
     for name, text in texts:
         written.append(atomic_write_text(out / name, text))
     written.append(plot_learning_curves(runs, out / "learning_curves.png"))

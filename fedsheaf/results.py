@@ -104,10 +104,10 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
 
 
 def is_run_dir(path: Path) -> bool:
-    """Whether ``path`` holds a fedsheaf run (its config.yaml beside its results)."""
-    return (path / "config.yaml").is_file() and any(
-        (path / m).exists() for m in ("metrics.jsonl", "summary.json", "checkpoints")
-    )
+    """Whether ``path`` holds a fedsheaf run: its config.yaml beside one of
+    :data:`RUN_MARKS` (a run that failed or stopped before its first epoch has only its
+    note)."""
+    return (path / "config.yaml").is_file() and any((path / m).exists() for m in RUN_MARKS)
 
 
 def outermost_runs(dirs: set[Path]) -> list[Path]:
@@ -205,14 +205,19 @@ def write_failure(path: Path, rank: int, error: str, since: float | None = None)
         if since is None:
             atomic_write_json(target, note)
             return True
-        tmp = path / f".{FAILURE_FILE}.{os.getpid()}.tmp"
+        tmp = path / f".{FAILURE_FILE}.{uuid.uuid4().hex}.tmp"
         atomic_write_json(tmp, note)
         try:
             os.link(tmp, target)  # atomic, and only where no failed.json exists
             return True
         except FileExistsError:
+            if os.path.samefile(tmp, target):
+                return True  # NFS may say EEXIST for a link it made
             if target.stat().st_mtime >= since:
                 return False  # another rank of this job said it first
+            os.replace(tmp, target)
+            return True
+        except OSError:  # a file system without hard links: no election, every rank says it
             os.replace(tmp, target)
             return True
         finally:
@@ -234,6 +239,10 @@ def read_failure(path: Path) -> dict[str, Any] | None:
 #: What rank 0 writes into its run directory when the run stops on request
 #: (:mod:`fedsheaf.runtime.stop_request`): ``{"signal", "epoch" or "round", "time"}``.
 STOP_FILE = "stopped.json"
+
+
+#: What a run leaves beside its config.yaml (one is enough to make it a run directory).
+RUN_MARKS = ("metrics.jsonl", "summary.json", "checkpoints", FAILURE_FILE, STOP_FILE)
 
 
 def write_stop(path: Path, signal_name: str, unit: str, done: int) -> None:

@@ -403,7 +403,7 @@ def data_notes(cases: list[str], dataset: str, root: str) -> tuple[list[str], bo
 
 def _check_tag(tag: str) -> None:
     where = "<out>/<tag>.json, <out>/<tag>.md and <out>/logs/<tag>/"
-    require_plain_name(tag, "--tag", where, "use --out to choose the folder")
+    require_plain_name(tag, "--tag", where, "use --out to choose the folder", suffix=".json")
 
 
 def run(args: argparse.Namespace) -> int:

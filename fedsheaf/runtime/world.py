@@ -38,6 +38,8 @@ USER_ERROR_EXIT = 2
 _RUN_DIR: Path | None = None
 #: When this rank started: a failed.json younger than this is this job's.
 _STARTED = time.time()
+#: Seconds a rank whose failure another rank reports waits before it aborts the job.
+REPORTER_GRACE = 2.0
 
 
 def note_run_dir(path: Path) -> None:
@@ -53,14 +55,18 @@ def _abort_hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> N
     user_error = isinstance(exc, FedsheafError)
     code = USER_ERROR_EXIT if user_error else 1
     try:  # saying why must not keep the job from ending (stderr may be gone)
-        error = str(exc) if user_error else f"{exc_type.__name__}: {exc}"
-        first = _RUN_DIR is None or write_failure(_RUN_DIR, rank, error, since=_STARTED)
-        if first and user_error:
-            sys.stderr.write(f"fedsheaf: error on rank {rank}: {exc}\n")
-        elif first:
+        if user_error:
+            error = str(exc)
+            message = f"fedsheaf: error on rank {rank}: {exc}\n"
+        else:
+            error = f"{exc_type.__name__}: {exc}"
             text = "".join(traceback.format_exception(exc_type, exc, tb))
-            sys.stderr.write(f"fedsheaf: rank {rank} failed with {error}\n{text}")
-        sys.stderr.flush()
+            message = f"fedsheaf: rank {rank} failed with {error}\n{text}"
+        if _RUN_DIR is None or write_failure(_RUN_DIR, rank, error, since=_STARTED):
+            sys.stderr.write(message)
+            sys.stderr.flush()
+        else:  # another rank says it: give it time to, before this abort ends the job
+            time.sleep(REPORTER_GRACE)
     except Exception:
         pass
     finally:

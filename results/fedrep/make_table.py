@@ -88,6 +88,8 @@ def main(runs: Path, out: Path) -> None:
                 f"algorithm. For means over seeds: fedsheaf report {runs} (server_means.md)"
             )
         summaries[alg] = (summary, read_metrics(s.parent / "metrics.jsonl"))
+    if not summaries:
+        sys.exit(f"make_table.py: no finished runs (<run>/summary.json) under {runs}")
     windows = {tuple(s["score_rounds"]) for s, _ in summaries.values()}
     if len(windows) > 1:
         sys.exit(f"make_table.py: the runs under {runs} score different rounds: {sorted(windows)}")

@@ -193,3 +193,20 @@ def test_the_first_rank_to_fail_reports_and_an_older_launchs_note_is_replaced(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == [FAILURE_FILE]  # no temp files
     assert write_failure(tmp_path / "unseen", 0, "x", since=started)  # reports, writes nothing
     assert not (tmp_path / "unseen").exists()
+
+
+def test_without_hard_links_every_failing_rank_writes_and_reports(tmp_path, monkeypatch):
+    import json
+    import os
+    import time
+
+    from fedsheaf.results import FAILURE_FILE, write_failure
+
+    def no_links(src, dst):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_links)  # some FUSE and SMB mounts
+    assert write_failure(tmp_path, 1, "first", since=time.time() - 1)
+    assert write_failure(tmp_path, 2, "second", since=time.time() - 1)
+    assert json.loads((tmp_path / FAILURE_FILE).read_text())["error"] == "second"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [FAILURE_FILE]

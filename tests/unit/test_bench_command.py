@@ -145,7 +145,7 @@ def test_render_of_a_file_that_is_not_utf8_is_one_error_line(tmp_path, capsys):
     assert err.count("\n") == 1
 
 
-@pytest.mark.parametrize("tag", ["../x", "a/b", "..", "."])
+@pytest.mark.parametrize("tag", ["../x", "a/b", "..", ".", "t" * 251])  # 251 + .json > 255
 def test_a_tag_that_is_not_a_plain_name_is_refused(tmp_path, capsys, tag):
     out = tmp_path / "bench" / "out"
     harmless = "true {n}"  # were a launch started, it would end at once

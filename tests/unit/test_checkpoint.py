@@ -97,10 +97,12 @@ def test_other_rank_count_and_damaged_files_are_clear_errors(tmp_path):
         with pytest.raises(CheckpointError) as err:
             checkpoint.load_rank(ckpt, 1)
         # one line, and none of torch's advice to load it without weights_only
-        assert str(err.value) == (
+        said = str(err.value)
+        assert said.startswith(
             f"checkpoint file {ckpt.rank_file(1)} cannot be read: it is damaged or "
-            "truncated, or not a checkpoint fedsheaf wrote"
+            "truncated, or not a checkpoint fedsheaf wrote ("
         )
+        assert "\n" not in said and "weights_only" not in said, said
     ckpt.rank_file(1).write_bytes(ckpt.rank_file(0).read_bytes())
     with pytest.raises(CheckpointError, match="does not hold rank 1, epoch 1"):
         checkpoint.load_rank(ckpt, 1)

@@ -52,8 +52,10 @@ def test_every_shipped_config_has_a_test():
 
 
 @pytest.mark.parametrize("path", _shipped("study"), ids=lambda p: p.stem)
-def test_shipped_studies_expand_into_valid_run_configs(path):
+def test_shipped_studies_expand_into_valid_run_configs(path, monkeypatch):
     from fedsheaf.sweep import expand
+
+    monkeypatch.chdir(REPO)  # a study's paths are relative to where it is run from
 
     runs = expand(path, write=False).runs  # validates every run's resolved config
     expected = {"pair_sweep": 558, "study15_sweep": 342, "pair_fashion_cpu": 18}

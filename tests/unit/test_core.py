@@ -174,6 +174,9 @@ def test_every_rank_derives_the_same_partition_and_its_own_shard():
         experiment.batch_warning(cfg, part),
         experiment.pilot_warning(cfg, part),
     ]
+    cfg.sheaf.pilot_strategy = "prototype"  # class prototypes: no batch to exceed
+    assert experiment.pilot_warning(cfg, part) is None
+    cfg.sheaf.pilot_strategy = "uniform"
     cfg.algorithm = "noncoop"  # fits its maps on every pilot: no batch to exceed
     assert experiment.pilot_warning(cfg, part) is None
     m0 = experiment.agent_model(cfg, ds, 0, torch.device("cpu"))

@@ -372,6 +372,15 @@ def test_server_runs_are_averaged_over_seeds_per_setting(tmp_path, capsys):
     ]
 
 
+def test_a_report_without_server_runs_leaves_no_earlier_seed_means(tmp_path):
+    server, out = tmp_path / "server", tmp_path / "rep"
+    make_server(server, "fedrep", rounds=2)
+    write_runs_report(find_runs([server]), out)
+    assert (out / "server_means.md").is_file()
+    written = write_runs_report(find_runs([make_decentralized(tmp_path, "sf", epochs=2)]), out)
+    assert not list(out.glob("server_means.*")) and out / "runs_table.md" in written
+
+
 def test_one_seed_twice_in_a_setting_is_named(tmp_path, capsys):
     make_server(tmp_path, "a", rounds=2)
     make_server(tmp_path, "b", rounds=2)
