@@ -110,6 +110,12 @@ def _classes(args: argparse.Namespace, n: int) -> list[list[int]] | None:
         raise GraphError(
             f"--classes {args.classes!r} gives {len(sets)} class sets but there are {n} nodes"
         )
+    empty = [i for i, cs in enumerate(sets) if not cs]
+    if empty:
+        raise GraphError(
+            f"--classes {args.classes!r}: node {empty[0]} has no classes (each node needs at "
+            "least one, as each agent does)"
+        )
     bad = sorted({c for cs in sets for c in cs if not 0 <= c < N_CLASSES})
     if bad:
         raise GraphError(

@@ -241,6 +241,12 @@ def test_class_ids_outside_the_data_sets_are_refused(
         "(the data sets have 10 classes); got 99\n"
     )
     assert not out.exists()
+    assert main([*argv, "--classes", "0,1;"]) == 2
+    assert capsys.readouterr().err == (
+        "fedsheaf: error: --classes '0,1;': node 1 has no classes (each node needs at least "
+        "one, as each agent does)\n"
+    )
+    assert not out.exists()
     assert main([*argv, "--classes", "0,1;9"]) == 0
     assert load_graph(out).classes == ((0, 1), (9,))
 
