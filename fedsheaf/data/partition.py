@@ -358,14 +358,16 @@ def fedrep_shards(
             members = rng.permutation(np.flatnonzero(y == c))
             if members.shape[0] < per_class:
                 raise DataError(
-                    f"{what} has {members.shape[0]} samples of class {c}, fewer than the "
-                    f"{per_class} shards it must be cut into"
+                    f"the {what} split has {members.shape[0]} samples of class {c}, fewer "
+                    f"than the {per_class} shards it must be cut into (federated.clients × "
+                    f"federated.classes_per_client / {n_classes} classes); use fewer clients "
+                    "or classes per client, or more data (data.limit)"
                 )
             out.append(np.array_split(members, per_class))
         return out
 
-    train_shards = cut(ytr, "labels_train")
-    test_shards = cut(yte, "labels_test")
+    train_shards = cut(ytr, "training")
+    test_shards = cut(yte, "test")
 
     assignment = rng.permutation(np.repeat(np.arange(n_classes), per_class))
     assignment = assignment.reshape(n_clients, classes_per_client)

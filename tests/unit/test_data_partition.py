@@ -278,5 +278,7 @@ def test_fedrep_invalid():
         fedrep_shards(ytr, yte, 7, 2, seed=0)
     with pytest.raises(ConfigError, match="train_per_client"):
         fedrep_shards(ytr, yte, 100, 2, seed=0, train_per_client=501)
-    with pytest.raises(DataError, match="class 0"):
+    with pytest.raises(DataError, match="class 0") as err:
         fedrep_shards(ytr[ytr > 0], yte, 100, 2, seed=0, n_classes=10)
+    assert "the training split has 0 samples" in str(err.value)
+    assert "federated.clients × federated.classes_per_client" in str(err.value)  # the keys
