@@ -15,7 +15,8 @@ from pathlib import Path
 from fedsheaf.checkpoint import manifest_ranks
 from fedsheaf.config import ExperimentConfig
 from fedsheaf.errors import ConfigError
-from fedsheaf.preflight import check_job, finished_note, ranks_needed, run_config
+from fedsheaf.preflight import check_job, finished_note, run_config
+from fedsheaf.ranks import ranks_needed
 from fedsheaf.units import count
 
 

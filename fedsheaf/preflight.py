@@ -87,14 +87,6 @@ def hub_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:
     return experiment.build_graph(cfg, n)
 
 
-def ranks_needed(cfg: ExperimentConfig) -> str:
-    """The rank counts ``cfg`` can run with, as ``mpiexec -n`` takes them."""
-    if cfg.decentralized or cfg.hub_based:
-        n = load_graph(cfg.graph).n
-        return str(n + 1 if cfg.hub_based else n)
-    return f"2 to {cfg.federated.clients + 1}"
-
-
 def describe_graph_run(cfg: ExperimentConfig, graph: Graph, ds: Dataset, steps: int) -> str:
     """A decentralized (or hub) run in words: the start of its first log line."""
     return (

@@ -55,6 +55,7 @@ from fedsheaf.config import (
 )
 from fedsheaf.errors import ConfigError
 from fedsheaf.hostinfo import failed_to_start, launcher_template, launcher_words, local_launcher
+from fedsheaf.ranks import check_ranks, ranks_needed
 from fedsheaf.results import atomic_write_json, atomic_write_text, is_run_dir
 from fedsheaf.units import count
 
@@ -309,9 +310,6 @@ def _ranks(
     (``"2 to 101"``); ``known`` keeps what it said for each graph file and client count,
     so that a study reads each graph once.
     """
-    from fedsheaf.algorithms.federated.setup import check_ranks  # (torch)
-    from fedsheaf.preflight import ranks_needed
-
     key = (cfg.algorithm, cfg.graph, cfg.federated.clients)
     if key not in known:
         known[key] = ranks_needed(cfg)

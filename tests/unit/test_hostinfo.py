@@ -196,9 +196,9 @@ def test_a_rank_count_error_under_srun_singletons_names_the_pmi_mismatch(tmp_pat
 
 
 def test_a_server_based_run_under_srun_singletons_gets_the_hint_too(monkeypatch):
-    from fedsheaf.algorithms.federated.setup import check_ranks
     from fedsheaf.config import load_config
     from fedsheaf.errors import ConfigError
+    from fedsheaf.ranks import check_ranks
 
     cfg = load_config(ROOT / "configs" / "fedrep_fmnist_100c2.yaml")
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "101")

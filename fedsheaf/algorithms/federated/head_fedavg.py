@@ -28,13 +28,14 @@ from fedsheaf.algorithms.federated.head_gram import (
 )
 from fedsheaf.algorithms.federated.head_model import UFMNet, build_ufm_net
 from fedsheaf.algorithms.federated.head_runner import HeadRunner
-from fedsheaf.algorithms.federated.setup import ClientData, check_ranks
+from fedsheaf.algorithms.federated.setup import ClientData
 from fedsheaf.algorithms.federated.task import Task
 from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.checkpoint import CheckpointError
 from fedsheaf.config import ExperimentConfig
 from fedsheaf.data.sources import dataset_shape
 from fedsheaf.errors import ConfigError
+from fedsheaf.ranks import check_ranks
 from fedsheaf.seeding import derive_seed
 
 __all__ = ["HeadFedAvg", "HeadTask"]

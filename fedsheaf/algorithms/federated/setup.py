@@ -15,8 +15,8 @@ from fedsheaf.config import ExperimentConfig
 from fedsheaf.data.partition import fedrep_shards
 from fedsheaf.data.sources import Dataset, clear_cache, dataset_shape, load_dataset
 from fedsheaf.errors import ConfigError
-from fedsheaf.hostinfo import singleton_hint
 from fedsheaf.models.fedrep_cnn import FedRepCNN, build_fedrep_cnn
+from fedsheaf.ranks import check_ranks
 from fedsheaf.seeding import derive_seed
 
 
@@ -33,22 +33,6 @@ class ClientData:
     @property
     def n_train(self) -> int:
         return int(self.y_train.shape[0])
-
-
-def check_ranks(cfg: ExperimentConfig, n_ranks: int) -> None:
-    """Rank count against clients: one server plus 1..``federated.clients`` workers."""
-    fc = cfg.federated
-    if n_ranks < 2:
-        raise ConfigError(
-            f"server-based algorithm {cfg.algorithm} needs at least 2 ranks (1 server + "
-            f"1 worker), got {n_ranks}; launch with mpiexec -n 2 or more" + singleton_hint(n_ranks)
-        )
-    workers = n_ranks - 1
-    if workers > fc.clients:
-        raise ConfigError(
-            f"{workers} worker ranks but federated.clients={fc.clients}: every worker rank "
-            f"needs a client; launch with at most {fc.clients + 1} ranks"
-        )
 
 
 def check_setup(cfg: ExperimentConfig, n_ranks: int) -> None:

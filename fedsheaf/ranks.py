@@ -1,0 +1,33 @@
+"""How many MPI ranks a config runs on, without importing torch (``fedsheaf sweep``
+plans studies with it; the job and ``fedsheaf check`` refuse other counts with it)."""
+
+from __future__ import annotations
+
+from fedsheaf.config import ExperimentConfig
+from fedsheaf.errors import ConfigError
+from fedsheaf.graphs import load_graph
+from fedsheaf.hostinfo import singleton_hint
+
+
+def ranks_needed(cfg: ExperimentConfig) -> str:
+    """The rank counts ``cfg`` can run with, as ``mpiexec -n`` takes them."""
+    if cfg.decentralized or cfg.hub_based:
+        n = load_graph(cfg.graph).n
+        return str(n + 1 if cfg.hub_based else n)
+    return f"2 to {cfg.federated.clients + 1}"
+
+
+def check_ranks(cfg: ExperimentConfig, n_ranks: int) -> None:
+    """Rank count against clients: one server plus 1..``federated.clients`` workers."""
+    fc = cfg.federated
+    if n_ranks < 2:
+        raise ConfigError(
+            f"server-based algorithm {cfg.algorithm} needs at least 2 ranks (1 server + "
+            f"1 worker), got {n_ranks}; launch with mpiexec -n 2 or more" + singleton_hint(n_ranks)
+        )
+    workers = n_ranks - 1
+    if workers > fc.clients:
+        raise ConfigError(
+            f"{workers} worker ranks but federated.clients={fc.clients}: every worker rank "
+            f"needs a client; launch with at most {fc.clients + 1} ranks"
+        )
