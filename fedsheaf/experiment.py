@@ -88,6 +88,7 @@ def load_and_partition(cfg: ExperimentConfig) -> tuple[Dataset, Partition]:
             "samples of the classes every agent observes rounds to 0 (the data set has "
             f"{len(ds.y)} samples); raise data.pilot_fraction or data.limit"
         )
+    check_shards(part)
     return ds, part
 
 
@@ -140,7 +141,8 @@ def data_warnings(cfg: ExperimentConfig, part: Partition, graph: Graph) -> list[
 
 def check_shards(part: Partition) -> None:
     """Every agent's train, val and test sets are non-empty; one message names every
-    agent that lacks one (the same on every rank, so a job prints it once)."""
+    agent that lacks one (the same on every rank, so a job prints it once; checked by
+    :func:`load_and_partition`)."""
     empty = [
         f"agent {i} ({', '.join(s for s in ('train', 'val', 'test') if not len(getattr(a, s)))})"
         for i, a in enumerate(part.agents)
@@ -154,7 +156,6 @@ def check_shards(part: Partition) -> None:
 
 
 def agent_data(ds: Dataset, part: Partition, agent: int, device: torch.device) -> AgentData:
-    check_shards(part)
     shard = part.agents[agent]
 
     def take(idx: Any) -> tuple[torch.Tensor, torch.Tensor]:

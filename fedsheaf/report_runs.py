@@ -456,32 +456,36 @@ def server_seed_groups(runs: list[RunInfo]) -> list[SeedGroup]:
     holds one seed twice, which its mean would count as two seeds."""
     finished = [r for r in runs if r.family == "server" and r.summary is not None]
     items = {id(r): _setting_items(r) for r in finished}
-    groups: dict[tuple[tuple[str, str], ...], list[RunInfo]] = {}
-    for r in finished:
-        key = tuple(sorted((k, repr(v)) for k, v in items[id(r)].items()))
-        groups.setdefault(key, []).append(r)
     out = []
-    for members in groups.values():
-        alg = members[0].algorithm
-        mine = [items[id(m[0])] for m in groups.values() if m[0].algorithm == alg]
-        keys = sorted({k for it in mine for k in it})
-        differ = [k for k in keys if len({repr(it.get(k)) for it in mine}) > 1]
-        here = items[id(members[0])]
-        setting = ", ".join(f"{k}={_plain(here.get(k))}" for k in differ) or "–"
-        members.sort(key=lambda r: (str(r.config.get("seed")), str(r.path)))
-        group = SeedGroup(alg, setting, members)
-        out.append(group)
-        seeds = [str(s) for s in group.seeds]
-        repeated = sorted({s for s in seeds if seeds.count(s) > 1})
-        if repeated:
-            names = ", ".join(str(r.path) for r in members)
-            print(
-                f"report: warning: {len(members)} {alg} runs of one setting share seed "
-                f"{', '.join(repeated)} and are averaged as if they were different seeds: {names}",
-                file=sys.stderr,
-            )
+    for alg in sorted({r.algorithm for r in finished}):
+        mine = [r for r in finished if r.algorithm == alg]
+        # keys every run has (a config.yaml written before a key existed lacks it)
+        common = sorted(set.intersection(*(set(items[id(r)]) for r in mine)))
+        groups: dict[tuple[str, ...], list[RunInfo]] = {}
+        for r in mine:
+            groups.setdefault(tuple(repr(items[id(r)][k]) for k in common), []).append(r)
+        differ = [i for i, k in enumerate(common) if len({key[i] for key in groups}) > 1]
+        for members in groups.values():
+            here = items[id(members[0])]
+            shown = [f"{common[i]}={_plain(here[common[i]])}" for i in differ]
+            members.sort(key=lambda r: (str(r.config.get("seed")), str(r.path)))
+            out.append(SeedGroup(alg, ", ".join(shown) or "–", members))
+            _warn_repeated_seeds(out[-1])
     out.sort(key=lambda g: (g.algorithm, g.setting))
     return out
+
+
+def _warn_repeated_seeds(group: SeedGroup) -> None:
+    seeds = [str(s) for s in group.seeds]
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        names = ", ".join(str(r.path) for r in group.runs)
+        print(
+            f"report: warning: {len(group.runs)} {group.algorithm} runs of one setting share "
+            f"seed {', '.join(repeated)} and are averaged as if they were different seeds: "
+            f"{names}",
+            file=sys.stderr,
+        )
 
 
 def _mean_std(values: list[Any]) -> tuple[float | None, float | None]:

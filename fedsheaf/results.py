@@ -33,7 +33,8 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # open(..., "xb") rather than mkstemp so that the file mode follows the umask
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    # (the name cut short, so that a name near the 255-byte limit still has a temp file)
+    tmp = path.with_name(f".{path.name[:100]}.{uuid.uuid4().hex[:16]}.tmp")
     try:
         with open(tmp, "xb") as fh:
             write(fh)
@@ -101,6 +102,18 @@ def json_safe(obj: Any) -> Any:
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(json_safe(obj), indent=2) + "\n")
+
+
+#: What a rank writes into its run directory when an error ends the job
+#: (:mod:`fedsheaf.runtime.world`'s abort hook): ``{"rank", "error", "time"}``.
+FAILURE_FILE = "failed.json"
+
+#: What rank 0 writes into its run directory when the run stops on request
+#: (:mod:`fedsheaf.runtime.stop_request`): ``{"signal", "epoch" or "round", "time"}``.
+STOP_FILE = "stopped.json"
+
+#: What a run leaves beside its config.yaml (one is enough to make it a run directory).
+RUN_MARKS = ("metrics.jsonl", "summary.json", "checkpoints", FAILURE_FILE, STOP_FILE)
 
 
 def is_run_dir(path: Path) -> bool:
@@ -180,11 +193,6 @@ def refuse_finished(path: Path, overwrite: bool, extend: bool) -> None:
         )
 
 
-#: What a rank writes into its run directory when an error ends the job
-#: (:mod:`fedsheaf.runtime.world`'s abort hook): ``{"rank", "error", "time"}``.
-FAILURE_FILE = "failed.json"
-
-
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
@@ -234,15 +242,6 @@ def read_failure(path: Path) -> dict[str, Any] | None:
         return read_json_object(path / FAILURE_FILE)
     except (ConfigError, OSError):
         return {"error": f"{FAILURE_FILE} cannot be read"}
-
-
-#: What rank 0 writes into its run directory when the run stops on request
-#: (:mod:`fedsheaf.runtime.stop_request`): ``{"signal", "epoch" or "round", "time"}``.
-STOP_FILE = "stopped.json"
-
-
-#: What a run leaves beside its config.yaml (one is enough to make it a run directory).
-RUN_MARKS = ("metrics.jsonl", "summary.json", "checkpoints", FAILURE_FILE, STOP_FILE)
 
 
 def write_stop(path: Path, signal_name: str, unit: str, done: int) -> None:

@@ -210,3 +210,11 @@ def test_without_hard_links_every_failing_rank_writes_and_reports(tmp_path, monk
     assert write_failure(tmp_path, 2, "second", since=time.time() - 1)
     assert json.loads((tmp_path / FAILURE_FILE).read_text())["error"] == "second"
     assert sorted(p.name for p in tmp_path.iterdir()) == [FAILURE_FILE]
+
+
+def test_a_name_near_the_length_limit_is_written(tmp_path):
+    from fedsheaf.results import atomic_write_text
+
+    name = "t" * 250 + ".json"  # 255 bytes, as a --tag of 250 gives
+    assert atomic_write_text(tmp_path / name, "{}").read_text() == "{}"
+    assert [p.name for p in tmp_path.iterdir()] == [name]

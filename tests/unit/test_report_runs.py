@@ -401,3 +401,15 @@ def test_a_run_that_failed_before_its_first_epoch_is_listed(tmp_path, capsys):
     assert (row.records, row.summary) == ([], None)
     assert cli.main(["report", str(early), "--out", str(tmp_path / "rep")]) == 0
     assert "| early | sheaf_frl | 0 | failed | – |" in capsys.readouterr().out
+
+
+def test_a_run_written_before_a_key_existed_joins_its_setting(tmp_path):
+    import yaml
+
+    make_server(tmp_path, "new", rounds=2, seed=3)
+    old = make_server(tmp_path, "old", rounds=2, seed=5)
+    cfg = yaml.safe_load((old / "config.yaml").read_text())
+    del cfg["federated"]["distinct_classes"]  # as config.yaml was written before it existed
+    (old / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (group,) = server_seed_groups(find_runs([tmp_path]))
+    assert (group.setting, group.seeds) == ("–", [3, 5])
