@@ -122,12 +122,11 @@ def test_bad_input_gives_one_clear_message(mpirun, tmp_path, n, overrides, messa
     assert not list(tmp_path.glob("*/summary.json"))
 
 
-@pytest.mark.parametrize(
-    "config,n,dims",
-    [("configs/mnist15.yaml", 15, [128, 224, 64]), ("configs/pair.yaml", 2, [128, 128])],
-)
+@pytest.mark.parametrize("config,n,dims", [("configs/pair.yaml", 2, [128, 128])])
 def test_study_configs_start(mpirun, tmp_path, fmnist_root, config, n, dims):
-    """Table 2 (15 ranks) and the Table 3 pair on FashionMNIST: one short epoch each."""
+    """The Table 3 pair on FashionMNIST: one short epoch. (Table 2's 15 agents are checked
+    in process, every agent's data and model, by tests/unit/test_check_command.py: 15
+    ranks on 2 cores cost a minute and exercise nothing the 4- and 5-rank launches don't.)"""
     proc = mpirun(
         n,
         [

@@ -195,3 +195,22 @@ def test_options_may_follow_the_config(capsys, out_dir):
     assert "seed 3" in out.splitlines()[0]
     code, out, err = check(capsys, QUICK, "-n5", f"output.dir={out_dir}", "seed=3")
     assert code == 2 and "has 4 nodes but the job has 5 ranks" in err
+
+
+def test_the_15_agent_study_is_what_15_ranks_would_run(capsys, out_dir, fmnist_root):
+    """Table 2: the graph of 15 nodes and 42 edges, every agent's shard and model."""
+    code, out, err = check(
+        capsys,
+        "-n",
+        "15",
+        "configs/mnist15.yaml",
+        "data.dataset=fashionmnist",
+        f"data.root={fmnist_root}",
+        "data.limit=3000",
+        f"output.dir={out_dir}",
+    )
+    assert code == 0, err
+    assert out.startswith("fedsheaf check: ok for 15 ranks: sheaf_frl 'mnist15' on mnist15 ")
+    assert "(15 agents, 42 edges), fashionmnist" in out
+    code, _, err = check(capsys, "-n", "14", "configs/mnist15.yaml", f"output.dir={out_dir}")
+    assert code == 2 and "has 15 nodes but the job has 14 ranks" in err
