@@ -579,10 +579,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
 def refuse_placing_override(run_dir: Path, text: str) -> None:
     """Refuse ``text`` where it says where the run goes: ``--resume RUN_DIR`` fixes that
     (``output.*``) and resumes (``checkpoint.resume``)."""
-    path, value = parse_override(text)
-    path = expand_shorthand(path, text)
-    resume_in = path == ["checkpoint"] and isinstance(value, dict) and "resume" in value
-    if path[:1] == ["output"] or path == ["checkpoint", "resume"] or resume_in:
+    keys = override_leaves(text)
+    if any(k.split(".")[0] == "output" or k == "checkpoint.resume" for k in keys):
         raise ConfigError(
             f"cannot resume {run_dir} with '{text}': --resume continues the run in place "
             "(output.* and checkpoint.resume are its own); to start it over use "

@@ -273,12 +273,12 @@ def _action(cfg: ExperimentConfig, n_ranks: int) -> str:
             return f"would replace the run in {path} (output.overwrite=true; it holds {held[0]})"
         return f"would write a new run in {path}"
     found = resumable(cfg, path, n_ranks)
-    unit = run_length(cfg)[1]
+    length, unit, _ = run_length(cfg)
     if not found:
         if not held:
             return f"would write a new run in {path} (nothing to resume there yet)"
         return f"would start {path} again from {unit} 1 (it holds no complete checkpoint)"
-    if unit == "epoch" and found[0].epoch == run_length(cfg)[0]:  # as load_latest would
+    if unit == "epoch" and found[0].epoch == length:  # as load_latest would
         # (the job reads the checkpoint's copy of these records)
         metrics = path / "metrics.jsonl"
         records = read_metrics(metrics) if metrics.is_file() else []

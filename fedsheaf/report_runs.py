@@ -219,6 +219,14 @@ def final_metrics(run: RunInfo) -> dict[str, Any]:
     return out
 
 
+def _status(run: RunInfo) -> str:
+    if run.summary is not None:
+        return "finished"
+    if read_failure(run.path) is not None:
+        return "failed"
+    return "stopped" if read_stop(run.path) is not None else "running"
+
+
 def run_row(run: RunInfo) -> dict[str, Any]:
     """One table row: name, algorithm, family, seed, status, and the final numbers."""
     return {
@@ -226,15 +234,7 @@ def run_row(run: RunInfo) -> dict[str, Any]:
         "algorithm": run.algorithm,
         "family": run.family,
         "seed": run.config.get("seed"),
-        "status": (
-            "finished"
-            if run.summary is not None
-            else "failed"
-            if read_failure(run.path) is not None
-            else "stopped"
-            if read_stop(run.path) is not None
-            else "running"
-        ),
+        "status": _status(run),
         **run.final,
     }
 

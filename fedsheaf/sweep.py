@@ -56,7 +56,7 @@ from fedsheaf.config import (
 from fedsheaf.errors import ConfigError
 from fedsheaf.hostinfo import failed_to_start, launcher_template, launcher_words, local_launcher
 from fedsheaf.ranks import check_ranks, ranks_needed
-from fedsheaf.results import atomic_write_json, atomic_write_text, is_run_dir
+from fedsheaf.results import atomic_write_json, atomic_write_text, is_run_dir, read_json_object
 from fedsheaf.units import count
 
 STUDY_KEYS = ("study", "config", "output", "seeds", "set", "axis", "methods")
@@ -357,8 +357,8 @@ def check_sweep_dir(out: Path, study: str) -> None:
     if not manifest.exists():
         return
     try:
-        other = json.loads(manifest.read_text(encoding="utf-8")).get("study")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        other = read_json_object(manifest).get("study")
+    except (ConfigError, OSError):
         other = None
     if other == study:
         return
