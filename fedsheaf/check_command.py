@@ -16,7 +16,7 @@ from fedsheaf.checkpoint import manifest_ranks
 from fedsheaf.config import ExperimentConfig
 from fedsheaf.errors import ConfigError
 from fedsheaf.preflight import check_job, finished_note, run_config
-from fedsheaf.ranks import ranks_needed
+from fedsheaf.ranks import rank_range, ranks_needed
 from fedsheaf.units import count
 
 
@@ -61,10 +61,12 @@ def job_ranks(given: int | None, cfg: ExperimentConfig) -> tuple[int, str]:
         wrote = manifest_ranks(Path(cfg.output.dir) / cfg.run_name())
         if wrote is not None:
             return wrote, " (as the job that wrote its checkpoints; -n to check another count)"
-    needed = ranks_needed(cfg)
-    if needed.isdigit():
-        return int(needed), ""
-    raise ConfigError(f"give the job's rank count with -n N (this config takes {needed} ranks)")
+    lo, hi = ranks_needed(cfg)
+    if lo == hi:
+        return lo, ""
+    raise ConfigError(
+        f"give the job's rank count with -n N (this config takes {rank_range((lo, hi))} ranks)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,12 +9,18 @@ from fedsheaf.graphs import load_graph
 from fedsheaf.hostinfo import singleton_hint
 
 
-def ranks_needed(cfg: ExperimentConfig) -> str:
-    """The rank counts ``cfg`` can run with, as ``mpiexec -n`` takes them."""
+def ranks_needed(cfg: ExperimentConfig) -> tuple[int, int]:
+    """The fewest and the most ranks ``cfg`` can run with (equal for a graph run)."""
     if cfg.decentralized or cfg.hub_based:
-        n = load_graph(cfg.graph).n
-        return str(n + 1 if cfg.hub_based else n)
-    return f"2 to {cfg.federated.clients + 1}"
+        n = load_graph(cfg.graph).n + (1 if cfg.hub_based else 0)
+        return n, n
+    return 2, cfg.federated.clients + 1
+
+
+def rank_range(needed: tuple[int, int]) -> str:
+    """``(4, 4)`` → ``"4"``, ``(2, 101)`` → ``"2 to 101"``."""
+    lo, hi = needed
+    return str(lo) if lo == hi else f"{lo} to {hi}"
 
 
 def check_ranks(cfg: ExperimentConfig, n_ranks: int) -> None:

@@ -55,7 +55,7 @@ from fedsheaf.config import (
 )
 from fedsheaf.errors import ConfigError
 from fedsheaf.hostinfo import failed_to_start, launcher_template, launcher_words, local_launcher
-from fedsheaf.ranks import check_ranks, ranks_needed
+from fedsheaf.ranks import check_ranks, rank_range, ranks_needed
 from fedsheaf.results import atomic_write_json, atomic_write_text, is_run_dir, read_json_object
 from fedsheaf.units import count
 
@@ -301,22 +301,25 @@ def _grid_owned(methods: list[Method], hint: str = "") -> dict[str, str]:
 
 
 def _ranks(
-    method: Method, cfg: ExperimentConfig, where: str, tag: str, known: dict[Any, str]
+    method: Method,
+    cfg: ExperimentConfig,
+    where: str,
+    tag: str,
+    known: dict[Any, tuple[int, int]],
 ) -> int:
     """The rank count of run ``tag`` of ``method``: its ``ranks``, checked against the
     run as the job would check it; without one, the one count a graph run takes.
 
-    ``ranks_needed`` says that one count (``"4"``), or for a server-based run the range
-    (``"2 to 101"``); ``known`` keeps what it said for each graph file and client count,
-    so that a study reads each graph once.
+    ``known`` keeps what ``ranks_needed`` said for each graph file and client count, so
+    that a study reads each graph once.
     """
     key = (cfg.algorithm, cfg.graph, cfg.federated.clients)
     if key not in known:
         known[key] = ranks_needed(cfg)
-    needed, n = known[key], method.ranks
+    needed, n = rank_range(known[key]), method.ranks
     graph_run = cfg.decentralized or cfg.hub_based
     if n is None and graph_run:
-        return int(needed)
+        return known[key][0]
     if n is None:
         raise ConfigError(
             f"{where}: method {method.name}: server-based algorithm {cfg.algorithm} runs on "
@@ -324,7 +327,7 @@ def _ranks(
             f"{count(cfg.federated.clients, 'client')}); choose how many with the method's "
             "'ranks'"
         )
-    if graph_run and str(n) != needed:
+    if graph_run and n != known[key][0]:
         roles = "one per graph node" + (" plus a server rank" if cfg.hub_based else "")
         raise ConfigError(
             f"{where}: method {method.name}: ranks {n} does not fit run {tag}: "
@@ -416,7 +419,7 @@ def _expand(path: Path, extra: list[str], scratch: Path, output: str | Path | No
     _check_not_owned(extra, {**owned, **in_grid}, "--set")
     grid_keys = list(dict.fromkeys(k for m in methods for k in m.grid))
     runs: list[Run] = []
-    known: dict[Any, str] = {}
+    known: dict[Any, tuple[int, int]] = {}
     for value in values:
         if "preset" in axis:
             written = _preset_config(str(axis["preset"]), value, base, scratch)
