@@ -35,6 +35,7 @@ from fedsheaf.bench.plan import (
     SIZES,
     Launch,
     parse_counts,
+    pilot_batch_methods,
     plan,
 )
 from fedsheaf.config import load_config, require_plain_name
@@ -121,6 +122,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="config override for every launch, after the plan's own (repeatable), e.g. "
         "sheaf.overlap_exchange=true; a method's own settings (overhead case) still win",
+    )
+    parser.add_argument(
+        "--pilot-batches",
+        metavar="KS",
+        help="overhead case: also time Sheaf-FRL with these pilot batches K per step, "
+        "e.g. 32,16,4 (methods sheaf_frl_K=<K>, rows 1-K=<K>), beside the config's K",
     )
     parser.add_argument(
         "--launcher",
@@ -443,6 +450,11 @@ def run(args: argparse.Namespace) -> int:
         fedrep_data=fedrep,
     )
     launches = select(launches, args.only)
+    if args.pilot_batches:
+        extra = pilot_batch_methods(parse_counts(args.pilot_batches, "--pilot-batches"))
+        for la in launches:
+            if "overhead" in la.cases:
+                la.spec["extra_methods"] = {**la.spec.get("extra_methods", {}), **extra}
     for la in launches:
         la.spec["overrides"] = [*la.spec.get("overrides", []), *args.set]
         if args.set:  # a bad key is one message here, not a failed launch

@@ -38,6 +38,9 @@ SCALING_AGENT = {"encoder": [16, 32, 64], "head": [128], "dropout": 0.2}
 SMALL_PILOT_AGENTS = [2, 6, 11]
 #: Sheaf-FRL with K = B/8 pilots per step (batch 64): what target 1 costs at a smaller K.
 K_EIGHTH_64 = {"sheaf_frl_k/8": ["algorithm=sheaf_frl", "sheaf.pilot_batch=8"]}
+#: Name prefix of the overhead case's Sheaf-FRL at a pilot batch chosen with
+#: ``fedsheaf bench --pilot-batches`` (``sheaf_frl_K=16``).
+K_METHOD = "sheaf_frl_K="
 #: The pair with agent 1 a copy of agent 0's model: the neighbours then wait for each
 #: other only by jitter, which overlapping the exchange with the backward can hide.
 TWINS = ["agents[1].encoder=[32,64,128]", "agents[1].head=[64,32]", "agents[1].dropout=0.3"]
@@ -73,6 +76,11 @@ def _twins(img: list[str], reps: int, small: bool) -> Launch:
         {"config": "configs/pair.yaml", "overrides": [*img, *limit, *TWINS], "repeats": reps},
         env={"FEDSHEAF_THREADS": "1"},
     )
+
+
+def pilot_batch_methods(ks: Sequence[int]) -> dict[str, list[str]]:
+    """Overhead-case methods: Sheaf-FRL with each pilot batch K in ``ks``."""
+    return {f"{K_METHOD}{k}": ["algorithm=sheaf_frl", f"sheaf.pilot_batch={k}"] for k in ks}
 
 
 def parse_counts(text: str, what: str) -> list[int]:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from fedsheaf.bench.plan import K_METHOD
 from fedsheaf.results import atomic_write_json, atomic_write_text
 
 MET, MISSED, NOT_HERE, FAILED = "met", "missed", "not measurable here", "no result"
@@ -46,18 +47,28 @@ def _row(
     }
 
 
+#: Overhead-case methods with a row of their own: (method, row id, pilot-cost floor key).
+OVERHEAD_ROWS = (
+    ("sheaf_frl", "1", "floor_ratio"),
+    ("sheaf_frl_overlap", "1-overlap", "floor_ratio"),
+    ("sheaf_frl_fused", "1-fused", "batched_ratio"),
+    ("sheaf_frl_k/8", "1-K/8", None),
+)
+
+
+def _overhead_methods(ratios: dict[str, Any]) -> Iterable[tuple[str, str, str | None]]:
+    """The rows of one overhead result: the fixed ones, then each ``--pilot-batches`` K."""
+    yield from (row for row in OVERHEAD_ROWS if row[0] in ratios)
+    for method in ratios:
+        if method.startswith(K_METHOD):
+            yield method, f"1-K={method.removeprefix(K_METHOD)}", None
+
+
 def _overhead_rows(
     results: list[dict[str, Any]], floors: dict[str, dict[str, float]]
 ) -> Iterable[dict]:
     for r in results:
-        for method, target_id, floor_key in (
-            ("sheaf_frl", "1", "floor_ratio"),
-            ("sheaf_frl_overlap", "1-overlap", "floor_ratio"),
-            ("sheaf_frl_fused", "1-fused", "batched_ratio"),
-            ("sheaf_frl_k/8", "1-K/8", None),
-        ):
-            if method not in r["ratio"]:
-                continue
+        for method, target_id, floor_key in _overhead_methods(r["ratio"]):
             value = r["ratio"][method]
             floor = floors.get(r["label"], {}).get(floor_key) if floor_key else None
             note = f"paired median {fmt(r['paired_ratio'].get(method))}"

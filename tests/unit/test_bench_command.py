@@ -340,3 +340,21 @@ def test_set_adds_overrides_to_every_launch_and_checks_them_first(monkeypatch, c
     err = capsys.readouterr().err
     assert err.count("fedsheaf: error: --set, launch pair:") == 1 and "overlap_exchange" in err
     assert "Traceback" not in err
+
+
+def test_pilot_batches_add_a_sheaf_frl_method_per_k_to_the_overhead_launches(monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    argv = ["bench", "overhead", "bytes", "--dry-run", "--launcher", LAUNCHER]
+    assert cli.main([*argv, "--pilot-batches", "16,4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    heads = [i for i, ln in enumerate(out) if " rank" in ln and not ln.startswith(" ")]
+    for i in heads:
+        spec = out[i + 2]
+        timed = "overhead" in out[i]
+        assert (
+            '"sheaf_frl_K=16": ["algorithm=sheaf_frl", "sheaf.pilot_batch=16"]' in spec
+        ) == timed
+        assert ('"sheaf_frl_K=4": ["algorithm=sheaf_frl", "sheaf.pilot_batch=4"]' in spec) == timed
+    assert any("overhead" in out[i] for i in heads) and not all("overhead" in out[i] for i in heads)
+    assert cli.main([*argv, "--pilot-batches", "0"]) == 2
+    assert "--pilot-batches must be positive integers" in capsys.readouterr().err

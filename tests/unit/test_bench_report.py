@@ -121,6 +121,7 @@ def test_targets_are_judged() -> None:
     assert rows[("3", "table2")]["status"] == NOT_HERE  # CPU: the target names a GPU
     assert rows[("3-weak", "scaling (1→2)")]["status"] == NOT_HERE
     assert rows[("4", "fedrep-4w (4 workers)")]["status"] == MISSED
+    assert not any(r["id"].startswith("1-K=") for r in evaluate(document()))
     on_gpu = {r["id"]: r for r in evaluate(document("cuda:0"))}
     assert on_gpu["3"]["status"] == MET
 
@@ -168,3 +169,14 @@ def test_mps_pipe_is_found_only_where_a_control_pipe_exists(tmp_path, monkeypatc
     assert mps_pipe() is None
     (tmp_path / "control").touch()
     assert mps_pipe() == str(tmp_path)
+
+
+def test_each_pilot_batch_of_the_overhead_case_gets_a_row() -> None:
+    doc = document()
+    overhead = doc["results"]["overhead"][0]
+    overhead["ratio"].update({"sheaf_frl_K=16": 1.3, "sheaf_frl_K=4": 1.08})
+    overhead["paired_ratio"].update({"sheaf_frl_K=16": 1.31, "sheaf_frl_K=4": 1.07})
+    rows = {r["id"]: r for r in evaluate(doc) if r["where"] == "pair"}
+    assert rows["1-K=16"]["status"] == MISSED and rows["1-K=16"]["value"] == 1.3
+    assert rows["1-K=4"]["status"] == MET and "paired median 1.07" in rows["1-K=4"]["note"]
+    assert "sheaf_frl_K=4 / noncoop epoch time ≤ 1.10" in render_markdown(doc)
