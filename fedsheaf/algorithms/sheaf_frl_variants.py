@@ -161,12 +161,8 @@ class StrictSheafFRL(TransportedSheafFRL):
         if self.cfg.sheaf.map_refresh != "step":
             return  # window refits alternate: the two ends' maps already match
         self.model.eval()
-        own = self.pilot_matrix(0, 0)
-        received = self.nbr.exchange_each(
-            [self.out_maps[j] @ own for j in self.nbr.neighbours],
-            shapes=self.msg_shapes,
-            device=self.agent.device,
-        )
+        own = self.pilots.features(self.model.encode, self.agent.data.x_pilot, 0, 0)
+        received = self.send_pilots(own).wait()
         self.eval_maps = dict(self.out_maps)
         for j, m in zip(self.nbr.neighbours, received, strict=True):
             if not self.is_head[j]:

@@ -29,9 +29,11 @@ def _as_buffer(mat: torch.Tensor | np.ndarray) -> np.ndarray:
     if isinstance(mat, torch.Tensor):
         t = mat.detach()
         if t.device.type != "cpu" or t.dtype != torch.float32:  # .to() copies already
-            return np.ascontiguousarray(t.to("cpu", torch.float32).numpy())
-        mat = t.numpy()
-    buf = np.array(mat, dtype=np.float32, order="C", copy=True)
+            buf = np.ascontiguousarray(t.to("cpu", torch.float32).numpy())
+        else:
+            buf = np.array(t.numpy(), order="C", copy=True)
+    else:
+        buf = np.array(mat, dtype=np.float32, order="C", copy=True)
     if buf.ndim != 2:
         raise ValueError(f"neighbour exchange sends 2-D matrices, got shape {buf.shape}")
     return buf
