@@ -1,7 +1,8 @@
 """Seeds derived from the run seed: one independent stream per purpose and agent.
 
-Nothing in fedsheaf reseeds a global RNG; every random choice takes a seed
-from :func:`derive_seed` and builds its own generator.
+Nothing in fedsheaf reseeds a global RNG; every random choice builds its own
+generator from a seed that :func:`derive_seed` produced (a module may salt it further,
+e.g. with the epoch).
 """
 
 from __future__ import annotations

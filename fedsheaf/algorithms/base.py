@@ -11,7 +11,10 @@ of SPEC §2 without the sheaf parts::
 
 Subclasses override only what differs: :meth:`regulariser` (the cooperation
 term), :meth:`end_epoch` (e.g. map refresh), :meth:`prepare_transport` and
-:meth:`edge_map` (how latents cross an edge at evaluation).
+:meth:`edge_map` (how latents cross an edge at evaluation); where the loss itself
+differs, :meth:`task_loss` (ComFed, FedProto, fused pilots), and where the latents
+cross an edge in another form, :meth:`communication_accuracy` (the transported
+variants).
 """
 
 from __future__ import annotations

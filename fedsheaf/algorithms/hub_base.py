@@ -3,8 +3,8 @@
 These run as agents on a graph *plus* one server (``fedsheaf.runtime.hub``). An agent
 is a :class:`HubAgent`: the non-cooperative agent (post-hoc maps for communication
 accuracy, SPEC §3) that also talks to the server through a :class:`Hub`. The server
-side of each algorithm is a small class with a ``serve()`` loop that mirrors the
-agents' schedule call for call.
+side of each algorithm is a small class whose ``serve_epoch`` mirrors one epoch of the
+agents' schedule call for call (the loop over epochs is the base's ``serve``).
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ class PilotStream:
     Parameters
     ----------
     seed:
-        Run seed; equal seeds give equal streams on every rank.
+        The stream's seed (derived from the run seed, without the agent id); equal
+        seeds give equal streams on every rank.
     pool_size:
         Number of pilots in the shared pilot set.
     batch:

@@ -15,7 +15,8 @@ samples, averages a flat vector and broadcasts it back) know nothing about the
 algorithm. A new algorithm is a subclass overriding one or two of these.
 
 Optimiser state and frozen parameters: every phase builds a *fresh* optimiser
-(``train.optimizer``: SGD with ``train.momentum`` and ``train.weight_decay``)
+(``train.optimizer``: SGD or Nesterov with ``train.momentum``, or Adam; with
+``train.weight_decay``)
 over exactly the parameters that phase trains. Frozen parameters have
 ``requires_grad=False`` and are not in that optimiser, so they get neither
 weight decay nor momentum; momentum buffers never carry over from one phase,

@@ -1,4 +1,4 @@
-"""The server's side of the protocol, as plain functions (no MPI, no torch).
+"""The server's side of the protocol, as plain functions (no MPI; no torch calls).
 
 * how many and which clients take part in a round (seeded, per round);
 * where client ``c`` lives (its *home*): rank ``1 + c mod W`` with W worker ranks;
