@@ -32,12 +32,28 @@ EQUAL_DIM_ONLY = ("fedproto", "fedmuscle")
 
 @dataclass
 class DataConfig:
-    dataset: str = spec("digits", choices=DATASETS)
+    dataset: str = spec(
+        "digits",
+        choices=DATASETS,
+        doc="digits: scikit-learn's bundled 8×8 digits (no files); the others from data.root",
+    )
     root: str = spec("data", doc="data root in torchvision layout")
     download: bool = spec(False, doc="let torchvision download missing files")
-    split: str = spec("train", choices=("train", "test"))
+    split: str = spec(
+        "train",
+        choices=("train", "test"),
+        doc="graph runs: the torchvision split that is partitioned into the pilot set and "
+        "the agents' train/val/test shards (server runs use both splits)",
+    )
     shift: float = spec(0.7, lo=0.0, hi=1.0, doc="label-shift strength s of Eq. 23")
-    pilot_fraction: float = spec(0.1, lo=0.0, hi=0.5, lo_open=True)
+    pilot_fraction: float = spec(
+        0.1,
+        lo=0.0,
+        hi=0.5,
+        lo_open=True,
+        doc="share of the samples of the classes every agent observes that forms the shared "
+        "pilot set",
+    )
     limit: int | None = spec(None, lo=1, doc="use only the first N samples (quick tests)")
 
 
@@ -46,7 +62,7 @@ class AgentConfig:
     encoder: list[int] = spec(lo=1, doc="output channels of the CNN blocks; d = last width")
     head: list[int] = spec(lo=1, doc="hidden widths of the head MLP")
     classes: list[int] = spec(lo=0, doc="target classes C_i")
-    dropout: float = spec(0.1, lo=0.0, hi=0.95)
+    dropout: float = spec(0.1, lo=0.0, hi=0.95, doc="dropout after each hidden layer of the head")
     lr: float | None = spec(
         None, lo=0.0, lo_open=True, doc="this agent's learning rate; default train.lr"
     )
@@ -64,16 +80,22 @@ class AgentConfig:
 
 @dataclass
 class TrainConfig:
-    epochs: int = spec(5, lo=1)
-    batch_size: int = spec(64, lo=1)
-    optimizer: str = spec("sgd", choices=("sgd", "nesterov", "adam"))
-    lr: float = spec(0.01, lo=0.0, lo_open=True)
-    momentum: float = spec(0.9, lo=0.0, hi=1.0)
-    weight_decay: float = spec(5e-4, lo=0.0)
+    epochs: int = spec(5, lo=1, doc="training epochs (graph and hub runs)")
+    batch_size: int = spec(64, lo=1, doc="private samples per step (B)")
+    optimizer: str = spec(
+        "sgd", choices=("sgd", "nesterov", "adam"), doc="each agent's (client's) optimizer"
+    )
+    lr: float = spec(0.01, lo=0.0, lo_open=True, doc="learning rate")
+    momentum: float = spec(0.9, lo=0.0, hi=1.0, doc="momentum of sgd and nesterov")
+    weight_decay: float = spec(5e-4, lo=0.0, doc="L2 weight decay")
     clip: float | None = spec(1.0, lo=0.0, lo_open=True, doc="per-agent grad-norm clip")
     steps_per_epoch: int | None = spec(None, lo=1, doc="default: the largest agent's batches")
-    eval_every: int = spec(1, lo=1)
-    device: str = spec("auto", choices=("auto", "cpu", "cuda"))
+    eval_every: int = spec(1, lo=1, doc="evaluate every N epochs (and after the last)")
+    device: str = spec(
+        "auto",
+        choices=("auto", "cpu", "cuda"),
+        doc="auto: a GPU per node-local rank where CUDA is visible, else the CPU",
+    )
 
 
 @dataclass
@@ -82,7 +104,12 @@ class SheafConfig:
         0.1, lo=0.0, doc="penalty weight λ (λ_i = λ / d_i); also the baselines' cooperation weight"
     )
     pilot_batch: int = spec(64, lo=1, doc="K pilots per step")
-    map_refresh: str = spec("epoch", choices=("epoch", "step"))
+    map_refresh: str = spec(
+        "epoch",
+        choices=("epoch", "step"),
+        doc="refit the edge maps at the end of every epoch (from the pilot window) or at "
+        "every step",
+    )
     window: int | None = spec(
         None,
         lo=1,
@@ -90,7 +117,11 @@ class SheafConfig:
         "rounded up); with map_refresh=step a sliding window refitted every step; null: "
         "every batch since the last refresh (map_refresh=step: this step's, Algorithm 1)",
     )
-    whitening: str = spec("standardize", choices=("standardize", "zca"))
+    whitening: str = spec(
+        "standardize",
+        choices=("standardize", "zca"),
+        doc="latent whitening at the end of every encoder: per-feature standardisation or full ZCA",
+    )
     variant: str = spec(
         "standard",
         choices=("standard", "homogeneous", "strict"),
@@ -163,8 +194,8 @@ class BaselineConfig:
 class FederatedConfig:
     """Server-based runs (SPEC §4): rank 0 serves, clients live on ranks 1..W."""
 
-    model: str = spec("fedrep_cnn", choices=("fedrep_cnn",))
-    clients: int = spec(100, lo=1)
+    model: str = spec("fedrep_cnn", choices=("fedrep_cnn",), doc="the FedRep authors' CNN")
+    clients: int = spec(100, lo=1, doc="number of clients n")
     classes_per_client: int = spec(
         2,
         lo=1,
@@ -175,8 +206,10 @@ class FederatedConfig:
         False, doc="swap shard labels between clients so that none repeats a class"
     )
     train_per_client: int | None = spec(None, lo=1, doc="default: all of each client's shards")
-    test_per_client: int | None = spec(None, lo=1)
-    rounds: int = spec(100, lo=1)
+    test_per_client: int | None = spec(
+        None, lo=1, doc="test samples per client; default: all of its test shards"
+    )
+    rounds: int = spec(100, lo=1, doc="communication rounds")
     fraction: float = spec(0.1, lo=0.0, hi=1.0, lo_open=True, doc="participation r")
     local_epochs: int = spec(1, lo=1, doc="FedAvg/FedPer/LG-FedAvg local epochs")
     head_epochs: int = spec(10, lo=0, doc="FedRep τ: head epochs, body frozen")
@@ -313,11 +346,11 @@ class OutputConfig:
 
 @dataclass
 class ExperimentConfig:
-    name: str
-    algorithm: str = spec("sheaf_frl", choices=ALGORITHMS)
+    name: str = spec(doc="experiment name (the run directory's first part)")
+    algorithm: str = spec("sheaf_frl", choices=ALGORITHMS, doc="the method to run")
     graph: str | None = spec(None, doc="graph file (graphs/*.yaml); decentralized only")
     agents: list[AgentConfig] = spec([], doc="one entry per graph node; decentralized only")
-    seed: int = spec(0, lo=0)
+    seed: int = spec(0, lo=0, doc="run seed: every random choice derives from it")
     data: DataConfig = spec(DataConfig())
     train: TrainConfig = spec(TrainConfig())
     sheaf: SheafConfig = spec(SheafConfig())

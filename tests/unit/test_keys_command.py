@@ -69,3 +69,8 @@ def test_cli_keys(capsys):
 def test_federated_model_choices_have_builders():
     (field,) = [f for f in dataclasses.fields(FederatedConfig) if f.name == "model"]
     assert set(field.metadata["choices"]) == set(FEDERATED_MODELS)
+
+
+def test_every_key_says_what_it_means():
+    undocumented = [r.key for r in describe(ExperimentConfig) if not r.doc.strip()]
+    assert undocumented == []
