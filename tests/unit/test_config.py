@@ -48,7 +48,7 @@ def _shipped(kind: str) -> list[Path]:
 
 def test_every_shipped_config_has_a_test():
     assert [p.name for p in _shipped("theory")] == ["ufm_fixed.yaml"]  # test_head_fedavg_math
-    assert len(_shipped("run")) >= 10 and len(_shipped("study")) == 4
+    assert len(_shipped("run")) >= 10 and len(_shipped("study")) == 5
 
 
 @pytest.mark.parametrize("path", _shipped("study"), ids=lambda p: p.stem)
@@ -58,7 +58,12 @@ def test_shipped_studies_expand_into_valid_run_configs(path, monkeypatch):
     monkeypatch.chdir(REPO)  # a study's paths are relative to where it is run from
 
     runs = expand(path, write=False).runs  # validates every run's resolved config
-    expected = {"pair_sweep": 558, "study15_sweep": 342, "pair_fashion_cpu": 18}
+    expected = {
+        "pair_sweep": 558,
+        "study15_sweep": 342,
+        "pair_fashion_cpu": 18,
+        "pilot_budget_cpu": 21,
+    }
     assert len(runs) == expected.get(path.stem, 6)
     assert len({r.name for r in runs}) == len(runs)
 
