@@ -675,7 +675,8 @@ def run(args: argparse.Namespace) -> int:
             print(shlex.join(r.argv(["mpiexec", "-n", str(r.ranks)], ["fedsheaf"])))
         them = "it" if len(study.runs) == 1 else "them"
         print(
-            f"# {count(len(study.runs), 'run')}; add --local to run {them} or --emit to list {them}"
+            f"# {count(len(study.runs), 'run')}; add --local to run {them} here or --emit to "
+            f"write {them} to a command file"
         )
         return 0
     target = None

@@ -528,7 +528,7 @@ def test_one_run_is_one_run(tmp_path, capsys):
     )
     assert cli.main(["sweep", path]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "# 1 run; add --local to run it or --emit to list it"
+        "# 1 run; add --local to run it here or --emit to write it to a command file"
     )
     assert cli.main(["sweep", path, "--emit"]) == 0
     assert capsys.readouterr().out.startswith("wrote 1 command to ")
