@@ -37,6 +37,7 @@ from fedsheaf.algorithms.sheaf_frl import SheafFRL
 from fedsheaf.metrics import accuracy
 from fedsheaf.seeding import torch_generator
 from fedsheaf.sheaf.maps import random_stiefel, stiefel_map
+from fedsheaf.sheaf.penalty import transported_penalty
 
 
 class TransportedSheafFRL(SheafFRL):
@@ -87,10 +88,8 @@ class TransportedSheafFRL(SheafFRL):
                 self.window.add(j, m, own)
         if refresh_now:
             self.refreshes += 1
-        total = a_own.new_zeros(())
-        for j, m in zip(self.nbr.neighbours, received, strict=True):
-            total = total + (self.out_maps[j] @ a_own - m.to(a_own.dtype)).pow(2).sum()
-        return total * (self.lam_i / (2 * a_own.shape[1]))
+        maps = [self.out_maps[j] for j in self.nbr.neighbours]
+        return transported_penalty(a_own, maps, received, self.lam_i)
 
     def end_epoch(self, epoch: int) -> None:
         if self.cfg.sheaf.map_refresh != "epoch":

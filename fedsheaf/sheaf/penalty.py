@@ -13,7 +13,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["Neighbour", "agent_lambda", "penalty_gradient_closed_form", "sheaf_penalty"]
+__all__ = [
+    "Neighbour",
+    "agent_lambda",
+    "penalty_gradient_closed_form",
+    "sheaf_penalty",
+    "transported_penalty",
+]
 
 #: ``(a_j, v, own_is_head)``: neighbour pilots (d_j × K), edge map (head × tail),
 #: and whether the calling agent is the head of that edge.
@@ -57,6 +63,23 @@ def sheaf_penalty(a_own: Tensor, neighbours: Sequence[Neighbour], lam_i: float) 
     if k == 0:
         return total
     return total * (lam_i / (2 * k))
+
+
+def transported_penalty(
+    a_own: Tensor, maps: Sequence[Tensor], received: Sequence[Tensor], lam_i: float
+) -> Tensor:
+    """The transported variants' ``R_i = λ_i/(2K) Σ_j ‖P_ij A_i − m_{j→i}‖²_F``.
+
+    ``maps[n]`` is this agent's ``P_ij`` (stalk × d_i) for its n-th neighbour and
+    ``received[n]`` that neighbour's message ``P_ji A_j`` (stalk × K); both are constants.
+    Differentiable w.r.t. ``a_own`` (d_i × K) only; no neighbours give a zero scalar.
+    """
+    if len(maps) != len(received):
+        raise ValueError(f"{len(maps)} maps but {len(received)} received messages")
+    total = a_own.new_zeros(())
+    for p, m in zip(maps, received, strict=True):
+        total = total + (p.detach() @ a_own - m.detach().to(a_own.dtype)).pow(2).sum()
+    return total * (lam_i / (2 * a_own.shape[1]))
 
 
 @torch.no_grad()

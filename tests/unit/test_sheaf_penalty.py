@@ -4,7 +4,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedsheaf.sheaf.maps import random_stiefel, stiefel_map
-from fedsheaf.sheaf.penalty import agent_lambda, penalty_gradient_closed_form, sheaf_penalty
+from fedsheaf.sheaf.penalty import (
+    agent_lambda,
+    penalty_gradient_closed_form,
+    sheaf_penalty,
+    transported_penalty,
+)
 
 F64 = torch.float64
 
@@ -127,3 +132,24 @@ def test_no_neighbours_and_bad_shapes() -> None:
         sheaf_penalty(a_own, [(randn(4, 5, seed=19), v, True)], 1.0)  # head must be 3×4
     with pytest.raises(ValueError):
         sheaf_penalty(a_own, [(randn(4, 6, seed=19), v, False)], 1.0)  # K mismatch
+
+
+def test_transported_penalty_and_its_gradient_through_the_effective_map():
+    """With ``P_ijᵀP_ij = I`` the gradient is ``(λ_i/K) Σ_j (A_i − P_ijᵀ m_j)`` (seed 000,
+    Eq. 42), and the value is ``λ_i/(2K) Σ_j ‖P_ij A_i − m_j‖²``."""
+    d_i, k, lam = 5, 7, 0.3
+    a_own = randn(d_i, k, seed=1)
+    stalks = [5, 8, 9]
+    maps = [random_stiefel(s, d_i, gen(10 + n)).to(F64) for n, s in enumerate(stalks)]
+    received = [randn(s, k, seed=20 + n) for n, s in enumerate(stalks)]
+    a = a_own.clone().requires_grad_()
+    value = transported_penalty(a, maps, received, lam)
+    (grad,) = torch.autograd.grad(value, a)
+    pairs = list(zip(maps, received, strict=True))
+    want = sum((p @ a_own - m).pow(2).sum() for p, m in pairs) * lam / (2 * k)
+    torch.testing.assert_close(value, want)
+    closed = sum(a_own - p.T @ m for p, m in pairs) * (lam / k)
+    torch.testing.assert_close(grad, closed)
+    assert transported_penalty(a_own, [], [], lam) == 0.0
+    with pytest.raises(ValueError, match="2 maps but 1 received"):
+        transported_penalty(a_own, maps[:2], received[:1], lam)
