@@ -90,6 +90,7 @@ def run_decentralized(
         resumed_state = loaded[1]
     if run_dir is not None:
         settle_config(run_dir, cfg)
+    world.barrier()  # an earlier launch's failed.json is gone before any rank may write one
     note_run_dir(run_path)
     world.log(
         f"fedsheaf: {describe_graph_run(cfg, graph, ds, steps)}, device {world.device}, "
@@ -269,7 +270,15 @@ def checkpointer(
             checkpoint.commit(run_path, done, job.size, keep)
         if stop:
             if job.is_root:
-                stop_request.leave_note(run_path, run_length(cfg)[1], done)
+                length, unit, _ = run_length(cfg)
+                stop_request.leave_note(run_path, unit, done)
+                # said before any rank leaves: a launcher may end the job as the first exits
+                print(
+                    f"fedsheaf: stopped on {stop_request.SIGNAL.name} after {unit} {done} of "
+                    f"{length}, its checkpoint written; continue with: fedsheaf run --resume "
+                    f"{run_path}",
+                    flush=True,
+                )
             job.barrier()  # the checkpoint and the note are on disk before any rank leaves
             raise stop_request.StopRequested(run_path, done)
 
@@ -280,7 +289,8 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
     """Entry point of ``fedsheaf run`` on every rank (``resume_dir``: ``--resume RUN_DIR``)."""
     world = init_world()
     cfg = world.agree(lambda: run_config(config_path, overrides, resume_dir))
-    stop_request.install(checkpoints=cfg.checkpoint.every > 0)  # again, now MPI is up
+    # again, now MPI is up
+    stop_request.install(checkpoints=cfg.checkpoint.every > 0, announce=world.is_root)
     warning = ignored_warning(cfg)
     if warning is not None:
         world.log(warning)
@@ -312,13 +322,7 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
         # Raised mid-run on some ranks (e.g. a diverged loss) while the others wait in a
         # collective: the runtime's abort hook names this rank and ends the whole job.
         sys.excepthook(type(exc), exc, exc.__traceback__)
-    except stop_request.StopRequested as stop:  # on every rank at once
-        length, unit, _ = run_length(cfg)
-        world.log(
-            f"fedsheaf: stopped on {stop_request.SIGNAL.name} after {unit} {stop.done} of "
-            f"{length}, its checkpoint written; continue with: fedsheaf run --resume "
-            f"{stop.run_dir}"
-        )
+    except stop_request.StopRequested:  # on every rank at once, rank 0 has said so
         return stop_request.STOPPED_EXIT
     world.barrier()
     return 0

@@ -452,6 +452,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         clock.resumed(restore(world, run_path, rounds))
     if run_dir is not None:
         settle_config(run_dir, cfg)
+    world.barrier()  # an earlier launch's failed.json is gone before any rank may write one
     note_run_dir(run_path)
 
     def state() -> dict[str, Any]:

@@ -58,9 +58,14 @@ def _ignore(signum: int, frame: FrameType | None) -> None:
     )
 
 
-def install(checkpoints: bool = True) -> None:
+def _ignore_quietly(signum: int, frame: FrameType | None) -> None:
+    pass
+
+
+def install(checkpoints: bool = True, announce: bool = True) -> None:
     """Let :data:`SIGNAL` request a stop, or, for a run without checkpoints, be ignored
-    with a note (from the main thread; elsewhere a no-op).
+    with a note (from the main thread; elsewhere a no-op). ``announce`` False ignores it
+    without the note: every rank is signalled, and rank 0 alone says so.
 
     ``fedsheaf run`` installs the handler first thing, so that a signal during start-up
     (imports, MPI initialisation) does not kill the rank with SIGUSR1's default action,
@@ -69,7 +74,7 @@ def install(checkpoints: bool = True) -> None:
     replaces; with them, a process-failure notice then reads as a stop request.
     """
     if threading.current_thread() is threading.main_thread():
-        signal.signal(SIGNAL, _note if checkpoints else _ignore)
+        signal.signal(SIGNAL, _note if checkpoints else _ignore if announce else _ignore_quietly)
 
 
 def requested() -> bool:

@@ -100,6 +100,30 @@ def test_a_decentralized_run_stops_with_a_checkpoint_and_resumes_as_if_uninterru
     assert summary["epoch"] == longer
 
 
+def test_without_checkpoints_every_rank_ignores_the_signal_and_one_says_so(tmp_path):
+    name = f"ignore-{uuid.uuid4().hex[:12]}"
+    run = tmp_path / name
+    args = ["-m", "fedsheaf", "run", "configs/quickstart.yaml", f"output.dir={tmp_path}"]
+    args += [f"output.name={name}", "train.steps_per_epoch=2", "train.epochs=150"]
+    args += ["checkpoint.every=0", "train.eval_every=1000"]
+    job = BackgroundMpi(4, args, tmp_path / "ignored.log")
+    try:
+        deadline = time.monotonic() + 180
+        while not _records(run):
+            assert job.poll() is None and time.monotonic() < deadline, job.output()
+            time.sleep(0.05)
+        ranks = _rank_pids(f"output.name={name}", job.pid)
+        assert len(ranks) == 4
+        for pid in ranks:  # as SLURM's --signal does: every task
+            os.kill(pid, signal.SIGUSR1)
+        assert job.wait(timeout=180) == 0, job.output()
+    finally:
+        job.kill()
+    assert job.output().count("SIGUSR1 ignored: this run writes no checkpoints") == 1
+    assert json.loads((run / "summary.json").read_text())["epoch"] == 150
+    assert not (run / STOP_FILE).exists()
+
+
 def test_a_server_based_run_stops_after_a_round(tmp_path, fmnist_root):
     from tests.mpi.test_resume_server import _config, _fedrep
 

@@ -24,18 +24,19 @@ def test_fedsheaf_run_takes_over_sigusr1_before_anything_else():
         signal.signal(stop_request.SIGNAL, before)
 
 
-@pytest.mark.parametrize("checkpoints", [True, False])
-def test_the_signal_is_noted_or_ignored_with_a_word_and_never_kills(checkpoints):
+@pytest.mark.parametrize(("checkpoints", "announce"), [(True, True), (False, True), (False, False)])
+def test_the_signal_is_noted_or_ignored_with_a_word_and_never_kills(checkpoints, announce):
     program = (
         "import os, signal; from fedsheaf.runtime import stop_request as s; "
-        f"s.install(checkpoints={checkpoints}); os.kill(os.getpid(), signal.SIGUSR1); "
-        "print('alive', s.requested())"
+        f"s.install(checkpoints={checkpoints}, announce={announce}); "
+        "os.kill(os.getpid(), signal.SIGUSR1); print('alive', s.requested())"
     )
     proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["alive", str(checkpoints)]
     ignored = "SIGUSR1 ignored: this run writes no checkpoints (checkpoint.every=0)"
-    assert (ignored in proc.stderr) != checkpoints
+    assert (ignored in proc.stderr) == (not checkpoints and announce)
+    assert announce or proc.stderr == ""
 
 
 def test_the_note_for_batch_scripts(tmp_path, monkeypatch, capsys):
