@@ -100,7 +100,7 @@ class AgentModel(nn.Module):
         return self.head(self.encoder(x))
 
     def set_dropout_generator(self, generator: torch.Generator | None) -> None:
-        """Draw dropout masks from ``generator`` (None: torch's global RNG)."""
+        """Draw dropout masks from ``generator`` (None: none; training with dropout then raises)."""
         set_dropout_generator(self, generator)
 
 

@@ -59,10 +59,11 @@ def build_seeded(factory: Callable[[], M], seed: int) -> M:
 
 
 class GeneratorDropout(nn.Module):
-    """Inverted dropout whose masks come from ``self.generator`` when one is set.
+    """Inverted dropout whose masks come from ``self.generator``.
 
-    With ``generator=None`` it behaves like ``nn.Dropout`` (global RNG). The generator
-    must live on the same device as the inputs.
+    Training with ``p > 0`` needs a generator (:func:`set_dropout_generator`): masks from
+    torch's global RNG would not derive from the run seed. The generator must live on
+    the same device as the inputs.
     """
 
     def __init__(self, p: float = 0.5) -> None:
@@ -79,7 +80,10 @@ class GeneratorDropout(nn.Module):
         if not self.training or self.p == 0.0:
             return x
         if self.generator is None:
-            return nn.functional.dropout(x, self.p, training=True)
+            raise RuntimeError(
+                "GeneratorDropout in training without a generator: give the model one "
+                "derived from the run seed (set_dropout_generator)"
+            )
         keep = 1.0 - self.p
         mask = torch.empty_like(x).bernoulli_(keep, generator=self.generator)
         return x * mask / keep

@@ -58,6 +58,7 @@ def test_train_step_runs_and_whitening_buffers_live_in_encoder() -> None:
     assert any(k.startswith("encoder.whitening.running_cov") for k in keys)
     assert not any(k.startswith("head.colouring") for k in keys)
     m.train()
+    m.set_dropout_generator(torch.Generator().manual_seed(0))
     loss = torch.nn.functional.cross_entropy(m(images(16, 1, 8)), torch.arange(16) % 10)
     loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in m.parameters() if p.grad is not None)
@@ -104,6 +105,10 @@ def test_generator_dropout_is_reproducible() -> None:
     torch.testing.assert_close(outs[0], outs[1])
     m.set_dropout_generator(torch.Generator().manual_seed(10))
     assert not torch.allclose(outs[0], m(x))
+    m.set_dropout_generator(None)  # the global RNG would not derive from the run seed
+    with pytest.raises(RuntimeError, match="without a generator"):
+        m(x)
+    m.eval()(x)  # evaluation draws no masks
 
 
 def test_bad_widths() -> None:
