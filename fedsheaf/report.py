@@ -6,7 +6,8 @@ by *method* and *setting* (shift s and, when all agents share one, latent size d
 Within a group, λ (or whatever the study grid-searched; ``sheaf.lam`` by default) is
 chosen by the mean **validation** score ``score_val`` over seeds — the harmonic mean
 of validation private and communication accuracy — never by test numbers. The table
-reports the chosen grid point's **test** accuracies as mean ± std over seeds.
+reports the chosen grid point's **test** accuracies as mean ± std over seeds; where
+a study grid-searched, ``grid.md``/``.csv`` list every grid point the same way.
 
 ``fedsheaf report`` also writes a per-run table and learning-curve / bytes figures
 for any mix of run directories, both families, and the server-based runs' means over
@@ -269,25 +270,62 @@ def _std(values: list[float]) -> float:
     return statistics.stdev(vals) if len(vals) > 1 else float("nan")
 
 
-def select(records: list[RunRecord]) -> list[Row]:
-    """Per method × setting: the grid point with the best mean validation score."""
-    groups: dict[tuple[str, float, int | None], dict[Any, list[RunRecord]]] = {}
+Grid = dict[tuple[tuple[str, Any], ...], list[RunRecord]]
+
+
+def _groups(records: list[RunRecord]) -> dict[tuple[str, float, int | None], Grid]:
+    """Method × setting → grid point → its runs (one per seed)."""
+    groups: dict[tuple[str, float, int | None], Grid] = {}
     for r in records:
         groups.setdefault((r.method, r.shift, r.dim), {}).setdefault(r.hyper, []).append(r)
+    return groups
+
+
+def _val_score(runs: list[RunRecord]) -> float:
+    s = _mean([_num(r.summary.get("score_val")) for r in runs])
+    return -math.inf if math.isnan(s) else s
+
+
+def _best(cands: Grid) -> tuple[tuple[str, Any], ...]:
+    return max(sorted(cands, key=repr), key=lambda hyper: _val_score(cands[hyper]))
+
+
+def _point(key: tuple[str, float, int | None], hyper: Any, runs: list[RunRecord], n: int) -> Row:
+    mean = {m: _mean([_num(r.summary.get(m)) for r in runs]) for m in METRICS}
+    std = {m: _std([_num(r.summary.get(m)) for r in runs]) for m in METRICS}
+    return Row(*key, hyper, len(runs), _val_score(runs), mean, std, n)
+
+
+def _order(r: Row) -> tuple[Any, ...]:
+    return (r.method, r.dim if r.dim is not None else -1, r.shift)
+
+
+def select(records: list[RunRecord]) -> list[Row]:
+    """Per method × setting: the grid point with the best mean validation score."""
     rows = []
-    for (method, shift, dim), cands in groups.items():
-
-        def score(hyper: Any, cands: dict[Any, list[RunRecord]] = cands) -> float:
-            s = _mean([_num(r.summary.get("score_val")) for r in cands[hyper]])
-            return -math.inf if math.isnan(s) else s
-
-        best = max(sorted(cands, key=repr), key=score)
-        runs = cands[best]
-        mean = {m: _mean([_num(r.summary.get(m)) for r in runs]) for m in METRICS}
-        std = {m: _std([_num(r.summary.get(m)) for r in runs]) for m in METRICS}
-        rows.append(Row(method, shift, dim, best, len(runs), score(best), mean, std, len(cands)))
-    rows.sort(key=lambda r: (r.method, r.dim if r.dim is not None else -1, r.shift))
+    for key, cands in _groups(records).items():
+        best = _best(cands)
+        rows.append(_point(key, best, cands[best], len(cands)))
+    rows.sort(key=_order)
     return rows
+
+
+def _hyper_order(hyper: tuple[tuple[str, Any], ...]) -> tuple[Any, ...]:
+    """Grid points in order of their values, numbers as numbers (K = 4 before 16)."""
+    return tuple(
+        (k, (0, v, "") if isinstance(v, int | float) else (1, 0, repr(v))) for k, v in hyper
+    )
+
+
+def grid_points(records: list[RunRecord]) -> list[tuple[Row, bool]]:
+    """Every grid point of every method × setting, and whether it is the selected one."""
+    points = []
+    for key, cands in _groups(records).items():
+        best = _best(cands)
+        for hyper in sorted(cands, key=_hyper_order):
+            points.append((_point(key, hyper, cands[hyper], len(cands)), hyper == best))
+    points.sort(key=lambda p: (_order(p[0]), _hyper_order(p[0].hyper)))
+    return points
 
 
 def _pm(mean: float, std: float) -> str:
@@ -319,6 +357,42 @@ def markdown(rows: list[Row]) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def grid_markdown(points: list[tuple[Row, bool]]) -> str:
+    head = ["method", "s", "d", "grid point", "seeds", "val. score", *METRIC_TITLES.values()]
+    lines = ["| " + " | ".join([*head, "selected"]) + " |", "|" + "---|" * (len(head) + 1)]
+    for r, chosen in points:
+        cells = [
+            r.method,
+            f"{r.shift:g}",
+            "het." if r.dim is None else str(r.dim),
+            _hyper(r.hyper),
+            str(r.seeds),
+            "–" if math.isinf(r.score_val) else f"{r.score_val:.3f}",
+            *(_pm(r.mean[m], r.std[m]) for m in METRICS),
+            "✓" if chosen else "",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def grid_csv(points: list[tuple[Row, bool]]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(
+        ["method", "shift", "dim", "grid", "seeds", "score_val"]
+        + [f"{m}_{s}" for m in METRICS for s in ("mean", "std")]
+        + ["selected"]
+    )
+    for r, chosen in points:
+        w.writerow(
+            [r.method, r.shift, "" if r.dim is None else r.dim, _hyper(r.hyper), r.seeds]
+            + [r.score_val]
+            + [x for m in METRICS for x in (r.mean[m], r.std[m])]
+            + [int(chosen)]
+        )
+    return buf.getvalue()
 
 
 def table_csv(rows: list[Row]) -> str:
@@ -396,7 +470,8 @@ def plot(rows: list[Row], axis: str, path: Path) -> Path:
 
 
 def write_report(records: list[RunRecord], out: Path) -> list[Path]:
-    """Write comparison.md/.csv, runs.csv and the figures the settings call for."""
+    """Write comparison.md/.csv, runs.csv, grid.md/.csv where a grid was searched, and
+    the figures the settings call for."""
     rows = select(records)
     written = []
     intro = (
@@ -404,11 +479,26 @@ def write_report(records: list[RunRecord], out: Path) -> list[Path]:
         "(harmonic mean of validation private and communication accuracy); test "
         "accuracies as mean ± std over seeds.\n\n"
     )
-    for name, text in (
+    texts = [
         ("comparison.md", "# Comparison\n\n" + intro + markdown(rows)),
         ("comparison.csv", table_csv(rows)),
         ("runs.csv", runs_csv(records)),
-    ):
+    ]
+    if any(r.candidates > 1 for r in rows):  # a grid was searched: show all of it
+        points = grid_points(records)
+        grid_intro = (
+            "Every grid point per method and setting: mean validation score and test "
+            "accuracies as mean ± std over seeds; ✓ marks the one `comparison.md` "
+            "selected.\n\n"
+        )
+        texts += [
+            ("grid.md", "# Grid\n\n" + grid_intro + grid_markdown(points)),
+            ("grid.csv", grid_csv(points)),
+        ]
+    else:
+        for name in ("grid.md", "grid.csv"):  # not a stale one from an earlier report
+            (out / name).unlink(missing_ok=True)
+    for name, text in texts:
         atomic_write_text(out / name, text)
         written.append(out / name)
     if len({r.shift for r in rows}) > 1:

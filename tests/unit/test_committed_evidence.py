@@ -24,7 +24,11 @@ def _python(*args: str | Path, cwd: Path = REPO) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("study", ["study15", "pair"])
+#: Written where the study searched a grid.
+GRID_OUTPUTS = ("grid.csv", "grid.md")
+
+
+@pytest.mark.parametrize("study", ["study15", "pair", "pilot_budget"])
 def test_a_decentralized_study_report_regenerates_from_its_sweep(tmp_path, study):
     sweep = RESULTS / study / "sweep"
     planned = sorted(p.name for p in (sweep / "runs").iterdir())
@@ -32,6 +36,10 @@ def test_a_decentralized_study_report_regenerates_from_its_sweep(tmp_path, study
     _python("-m", "fedsheaf", "report", sweep, "--out", tmp_path)
     for name in TEXT_OUTPUTS:
         assert (tmp_path / name).read_bytes() == (RESULTS / study / name).read_bytes(), name
+    for name in GRID_OUTPUTS:
+        assert (tmp_path / name).exists() == (RESULTS / study / name).exists(), name
+        if (tmp_path / name).exists():
+            assert (tmp_path / name).read_bytes() == (RESULTS / study / name).read_bytes()
 
 
 def test_the_fedrep_table_regenerates_from_its_runs(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 from fedsheaf import cli
 from fedsheaf.config import dump_config, load_config
 from fedsheaf.errors import ConfigError
-from fedsheaf.report import collect, markdown, select, write_report
+from fedsheaf.report import collect, grid_points, markdown, select, write_report
 from fedsheaf.results import RunDir, atomic_write_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -80,7 +80,14 @@ def test_lambda_is_chosen_by_validation_score_not_test(study):
 def test_markdown_csv_and_shift_figure(study, tmp_path):
     out = tmp_path / "report"
     written = {p.name for p in write_report(collect([study]), out)}
-    assert written == {"comparison.md", "comparison.csv", "runs.csv", "accuracy_vs_shift.png"}
+    assert written == {
+        "comparison.md",
+        "comparison.csv",
+        "runs.csv",
+        "grid.md",
+        "grid.csv",
+        "accuracy_vs_shift.png",
+    }
     md = (out / "comparison.md").read_text()
     assert "| sheaf_frl | 0.6 | het. | lam=1 (of 2) | 3 | 0.900 | 0.820 ± 0.020 |" in md
     rows = list(csv.DictReader(io.StringIO((out / "comparison.csv").read_text())))
@@ -89,6 +96,42 @@ def test_markdown_csv_and_shift_figure(study, tmp_path):
     }
     assert len((out / "runs.csv").read_text().splitlines()) == 1 + 18
     assert (out / "accuracy_vs_shift.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_grid_point_is_listed_with_the_selected_one_marked(study, tmp_path):
+    points = grid_points(collect([study]))
+    listed = [(r.method, r.shift, r.hyper, chosen) for r, chosen in points]
+    lam = "sheaf.lam"
+    assert listed == [
+        ("noncoop", 0.6, (), True),
+        ("noncoop", 1.0, (), True),
+        ("sheaf_frl", 0.6, ((lam, 0.01),), False),  # the better test numbers: not chosen
+        ("sheaf_frl", 0.6, ((lam, 1.0),), True),
+        ("sheaf_frl", 1.0, ((lam, 0.01),), False),
+        ("sheaf_frl", 1.0, ((lam, 1.0),), True),
+    ]
+    unchosen = points[2][0]
+    assert unchosen.seeds == 3 and unchosen.score_val == pytest.approx(0.5)
+    assert unchosen.mean["private_acc"] == pytest.approx(0.99) and unchosen.std["comm_acc"] == 0
+    out = tmp_path / "report"
+    write_report(collect([study]), out)
+    md = (out / "grid.md").read_text()
+    assert "| sheaf_frl | 0.6 | het. | lam=0.01 | 3 | 0.500 | 0.990 ± 0.000 |" in md
+    assert md.count("| ✓ |") == 4
+    rows = list(csv.DictReader(io.StringIO((out / "grid.csv").read_text())))
+    assert [r["selected"] for r in rows] == ["1", "1", "0", "1", "0", "1"]
+    # a report of runs without a searched grid has no grid table, and removes a stale one
+    nc = tmp_path / "noncoop"
+    shutil.copytree(study, nc, ignore=shutil.ignore_patterns("sf-*"))
+    assert "grid.md" not in {p.name for p in write_report(collect([nc]), out)}
+    assert not (out / "grid.md").exists() and not (out / "grid.csv").exists()
+
+
+def test_grid_points_are_ordered_by_value():
+    from fedsheaf.report import _hyper_order
+
+    ks = [(("sheaf.pilot_batch", k),) for k in (64, 8, 16, 4)]
+    assert sorted(ks, key=_hyper_order) == [(("sheaf.pilot_batch", k),) for k in (4, 8, 16, 64)]
 
 
 def test_one_seed_has_no_std_and_a_bottleneck_figure_appears_for_several_d(tmp_path):
