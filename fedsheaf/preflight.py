@@ -19,15 +19,7 @@ from fedsheaf import checkpoint, experiment
 from fedsheaf.algorithms import agent_class
 from fedsheaf.algorithms.federated import FEDERATED
 from fedsheaf.algorithms.federated.protocol import n_selected
-from fedsheaf.config import (
-    GRAPH_COPY,
-    ExperimentConfig,
-    check_resume,
-    load_config,
-    load_run_config,
-    resume_changes,
-    resume_config,
-)
+from fedsheaf.config import ExperimentConfig, load_config
 from fedsheaf.data.sources import Dataset
 from fedsheaf.errors import ConfigError
 from fedsheaf.graphs import Graph, load_graph
@@ -38,6 +30,13 @@ from fedsheaf.results import (
     check_run_files,
     read_metrics,
     refuse_finished,
+)
+from fedsheaf.resume import (
+    GRAPH_COPY,
+    check_resume,
+    load_run_config,
+    resume_changes,
+    resume_config,
 )
 from fedsheaf.units import count
 

@@ -11,12 +11,7 @@ from typing import Any
 from fedsheaf import checkpoint, experiment
 from fedsheaf.algorithms import DECENTRALIZED
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
-from fedsheaf.config import (
-    GRAPH_COPY,
-    ExperimentConfig,
-    dump_config,
-    load_run_config,
-)
+from fedsheaf.config import ExperimentConfig, dump_config
 from fedsheaf.errors import FedsheafError
 from fedsheaf.preflight import (
     check_run_dir,
@@ -36,6 +31,7 @@ from fedsheaf.results import (
     RunDir,
     atomic_write_text,
 )
+from fedsheaf.resume import GRAPH_COPY, load_run_config
 from fedsheaf.runtime import stop_request
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import (

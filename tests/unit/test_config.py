@@ -15,9 +15,9 @@ from fedsheaf.config import (
     dump_config,
     load_config,
     parse_override,
-    resume_config,
 )
 from fedsheaf.errors import ConfigError
+from fedsheaf.resume import resume_config
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = REPO / "configs" / "quickstart.yaml"
@@ -314,7 +314,7 @@ def test_a_run_name_must_fit_one_directory_name():
 
 
 def test_a_run_config_written_before_a_key_existed_reads_as_it_ran(tmp_path):
-    from fedsheaf.config import check_resume
+    from fedsheaf.resume import check_resume
 
     fedrep = REPO / "configs" / "fedrep_fmnist_100c2.yaml"
     run = tmp_path / "old"
@@ -337,7 +337,7 @@ def test_a_run_config_written_before_a_key_existed_reads_as_it_ran(tmp_path):
 
 
 def test_same_graph_looks_at_the_graph_not_the_text(tmp_path):
-    from fedsheaf.config import same_graph
+    from fedsheaf.resume import same_graph
 
     text = (REPO / "graphs" / "quick4.yaml").read_text()
     commented = tmp_path / "a.yaml"

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf.config import dump_config, load_config, resume_changes
+from fedsheaf.config import dump_config, load_config
 from fedsheaf.errors import ConfigError, relative_hint
 from fedsheaf.results import RunDir, check_not_foreign
+from fedsheaf.resume import resume_changes
 
 QUICK = "configs/quickstart.yaml"
 

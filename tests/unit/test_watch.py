@@ -360,7 +360,7 @@ def test_a_run_whose_job_ended_on_an_error_is_failed_not_running(tmp_path):
         assert lines[-1] == "failed on rank 1: agent 1: loss became nan in epoch 3, step 2"
         assert lines[-2].startswith("epoch 4/4")
     # a run resumed (once every rank has read its checkpoint) or started over forgets it
-    from fedsheaf.config import load_run_config
+    from fedsheaf.resume import load_run_config
     from fedsheaf.runtime.launch import settle_config
 
     settle_config(RunDir(path, extend=True), load_run_config(path / "config.yaml"))
@@ -373,9 +373,9 @@ def test_a_run_whose_job_ended_on_an_error_is_failed_not_running(tmp_path):
 
 
 def test_a_run_stopped_on_request_is_stopped_until_resumed(tmp_path):
-    from fedsheaf.config import load_run_config
     from fedsheaf.report_runs import load_run, run_row
     from fedsheaf.results import STOP_FILE
+    from fedsheaf.resume import load_run_config
     from fedsheaf.runtime.launch import settle_config
     from fedsheaf.runtime.stop_request import leave_note
     from fedsheaf.watch import STOPPED
