@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,6 +33,7 @@ from fedsheaf.config import ExperimentConfig, TrainConfig
 from fedsheaf.errors import FedsheafError
 from fedsheaf.graphs import Graph
 from fedsheaf.metrics import accuracy
+from fedsheaf.models.encoders import AgentModel
 from fedsheaf.phase_timer import NULL_TIMER, NullTimer, PhaseTimer
 from fedsheaf.seeding import torch_generator
 from fedsheaf.sheaf.maps import transport
@@ -58,20 +59,36 @@ class Arrived:
         return self.matrices
 
 
+#: The (rows, columns) of the matrix each neighbour sends, in neighbour order.
+Shapes = Sequence[tuple[int, int]] | None
+
+
 class Exchange(Protocol):
     """What an algorithm needs from the runtime's neighbourhood (see runtime.topology)."""
 
     neighbours: list[int]
 
-    def exchange(self, mat: torch.Tensor, shapes: Any = None, device: Any = None) -> list[Any]: ...
+    def exchange(
+        self, mat: torch.Tensor, shapes: Shapes = None, device: torch.device | None = None
+    ) -> list[Any]: ...
 
-    def exchange_each(self, mats: Any, shapes: Any = None, device: Any = None) -> list[Any]: ...
+    def exchange_each(
+        self,
+        mats: Sequence[torch.Tensor],
+        shapes: Shapes = None,
+        device: torch.device | None = None,
+    ) -> list[Any]: ...
 
     def start_exchange(
-        self, mat: torch.Tensor, shapes: Any = None, device: Any = None
+        self, mat: torch.Tensor, shapes: Shapes = None, device: torch.device | None = None
     ) -> Pending: ...
 
-    def start_exchange_each(self, mats: Any, shapes: Any = None, device: Any = None) -> Pending: ...
+    def start_exchange_each(
+        self,
+        mats: Sequence[torch.Tensor],
+        shapes: Shapes = None,
+        device: torch.device | None = None,
+    ) -> Pending: ...
 
     def take_round_bytes(self) -> dict[int, int]: ...
 
@@ -105,7 +122,7 @@ class Agent:
     cfg: ExperimentConfig
     graph: Graph
     data: AgentData
-    model: Any  # fedsheaf.models.encoders.AgentModel
+    model: AgentModel
     device: torch.device
     steps_per_epoch: int
 
