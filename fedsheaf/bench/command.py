@@ -408,6 +408,28 @@ def data_notes(cases: list[str], dataset: str, root: str) -> tuple[list[str], bo
     return notes, images, fedrep
 
 
+def add_pilot_batches(launches: list[Launch], ks: list[int]) -> None:
+    """Give every overhead launch a Sheaf-FRL method per pilot batch in ``ks`` that it
+    does not time already (its config's K, the K of a method it has, e.g. K/8)."""
+    timed = [la for la in launches if "overhead" in la.cases]
+    if not timed:
+        raise ConfigError("--pilot-batches needs the overhead case (none of the chosen launches)")
+    key = "sheaf.pilot_batch="
+    for la in timed:
+        spec = la.spec
+        have = {load_config(spec["config"], spec.get("overrides", [])).sheaf.pilot_batch}
+        for overrides in spec.get("extra_methods", {}).values():
+            have |= {int(o.removeprefix(key)) for o in overrides if o.startswith(key)}
+        new = [k for k in ks if k not in have]
+        if len(new) < len(ks):
+            print(
+                f"fedsheaf bench: note: {la.label} times K = "
+                f"{', '.join(str(k) for k in ks if k in have)} already",
+                flush=True,
+            )
+        spec["extra_methods"] = {**spec.get("extra_methods", {}), **pilot_batch_methods(new)}
+
+
 def _check_tag(tag: str) -> None:
     where = "<out>/<tag>.json, <out>/<tag>.md and <out>/logs/<tag>/"
     require_plain_name(tag, "--tag", where, "use --out to choose the folder", suffix=".json")
@@ -450,11 +472,6 @@ def run(args: argparse.Namespace) -> int:
         fedrep_data=fedrep,
     )
     launches = select(launches, args.only)
-    if args.pilot_batches:
-        extra = pilot_batch_methods(parse_counts(args.pilot_batches, "--pilot-batches"))
-        for la in launches:
-            if "overhead" in la.cases:
-                la.spec["extra_methods"] = {**la.spec.get("extra_methods", {}), **extra}
     for la in launches:
         la.spec["overrides"] = [*la.spec.get("overrides", []), *args.set]
         if args.set:  # a bad key is one message here, not a failed launch
@@ -462,6 +479,8 @@ def run(args: argparse.Namespace) -> int:
                 load_config(la.spec["config"], la.spec["overrides"])
             except ConfigError as exc:
                 raise ConfigError(f"--set, launch {la.label}: {exc}") from None
+    if args.pilot_batches is not None:
+        add_pilot_batches(launches, parse_counts(args.pilot_batches, "--pilot-batches"))
     tag = args.tag or f"{args.size}-{device}"
     for note in notes:
         print(f"fedsheaf bench: note: {note}", flush=True)

@@ -28,6 +28,7 @@ import torch
 from fedsheaf import experiment
 from fedsheaf.algorithms import DECENTRALIZED, SHEAF_VARIANTS
 from fedsheaf.algorithms.base import Agent, AgentData, DecentralizedAlgorithm
+from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
 from fedsheaf.bench.formulas import (
     fedavg_bytes_per_step,
     measure_alternating,
@@ -50,6 +51,7 @@ from fedsheaf.bench.ranks import (
 from fedsheaf.config import ExperimentConfig, apply_overrides, load_config, read_yaml
 from fedsheaf.data.partition import Partition
 from fedsheaf.data.sources import Dataset
+from fedsheaf.errors import ConfigError
 from fedsheaf.graphs import Graph, ring
 from fedsheaf.hostinfo import usable_cpus
 from fedsheaf.phase_timer import PhaseTimer
@@ -149,6 +151,24 @@ OVERHEAD_METHODS: dict[str, list[str]] = {
 }
 
 
+def check_pilot_batches(
+    cfgs: dict[str, ExperimentConfig], algos: dict[str, DecentralizedAlgorithm]
+) -> None:
+    """Refuse a Sheaf-FRL method whose K the pilot set cannot give (it would encode the
+    whole set each step and be timed under the K asked for)."""
+    for name, algo in algos.items():
+        pilots = getattr(algo, "pilots", None)
+        asked = cfgs[name].sheaf.pilot_batch
+        if isinstance(pilots, PilotPlan) and pilots.strategy in ("uniform", "stratified"):
+            pool = len(algo.agent.data.x_pilot)
+            if asked > pool:
+                raise ConfigError(
+                    f"method {name}: K = {asked} pilots per step, but the shared pilot set "
+                    f"holds {pool}; choose a smaller K (--pilot-batches) or more pilots "
+                    "(data.pilot_fraction, data.limit)"
+                )
+
+
 def overhead(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
     methods = dict(OVERHEAD_METHODS)
     methods.update(spec.get("extra_methods", {}))
@@ -160,6 +180,7 @@ def overhead(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
         name: build_algorithm(cfg, s, world.rank, world.device, nbr, data)
         for name, cfg in cfgs.items()
     }
+    world.agree(lambda: check_pilot_batches(cfgs, algos))
     names = list(algos)
     epochs = Epochs(world.comm, world.device)
     # the warm-up call per method primes the allocator, first-step SVDs and caches

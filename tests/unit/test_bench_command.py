@@ -345,7 +345,7 @@ def test_set_adds_overrides_to_every_launch_and_checks_them_first(monkeypatch, c
 def test_pilot_batches_add_a_sheaf_frl_method_per_k_to_the_overhead_launches(monkeypatch, capsys):
     monkeypatch.chdir(REPO)
     argv = ["bench", "overhead", "bytes", "--dry-run", "--launcher", LAUNCHER]
-    assert cli.main([*argv, "--pilot-batches", "16,4"]) == 0
+    assert cli.main([*argv, "--pilot-batches", "16,2"]) == 0
     out = capsys.readouterr().out.splitlines()
     heads = [i for i, ln in enumerate(out) if " rank" in ln and not ln.startswith(" ")]
     for i in heads:
@@ -354,7 +354,48 @@ def test_pilot_batches_add_a_sheaf_frl_method_per_k_to_the_overhead_launches(mon
         assert (
             '"sheaf_frl_K=16": ["algorithm=sheaf_frl", "sheaf.pilot_batch=16"]' in spec
         ) == timed
-        assert ('"sheaf_frl_K=4": ["algorithm=sheaf_frl", "sheaf.pilot_batch=4"]' in spec) == timed
+        assert ('"sheaf_frl_K=2": ["algorithm=sheaf_frl", "sheaf.pilot_batch=2"]' in spec) == timed
     assert any("overhead" in out[i] for i in heads) and not all("overhead" in out[i] for i in heads)
     assert cli.main([*argv, "--pilot-batches", "0"]) == 2
     assert "--pilot-batches must be positive integers" in capsys.readouterr().err
+
+
+def test_a_pilot_batch_larger_than_the_pilot_set_is_refused_before_timing():
+    """The quickstart's pilot set holds 180 digits: K = 512 would be timed as K = 180."""
+    import torch
+
+    from fedsheaf import experiment
+    from fedsheaf.algorithms.base import Agent
+    from fedsheaf.algorithms.sheaf_frl import SheafFRL
+    from fedsheaf.bench.decentralized import check_pilot_batches
+    from fedsheaf.bench.ranks import NoNeighbours, Silent
+    from fedsheaf.config import load_config
+
+    cfgs, algos = {}, {}
+    for name, k in (("sheaf_frl", 32), ("sheaf_frl_K=180", 180), ("sheaf_frl_K=512", 512)):
+        cfg = load_config(REPO / "configs/quickstart.yaml", [f"sheaf.pilot_batch={k}"])
+        graph = experiment.build_graph(cfg, 4)
+        ds, part = experiment.load_and_partition(cfg)
+        cpu = torch.device("cpu")
+        data = experiment.agent_data(ds, part, 0, cpu)
+        model = experiment.agent_model(cfg, ds, 0, cpu)
+        agent = Agent(0, cfg, graph, data, model, cpu, 1)
+        cfgs[name], algos[name] = cfg, SheafFRL(agent, NoNeighbours(), Silent())
+    assert len(algos["sheaf_frl"].agent.data.x_pilot) == 180
+    fits = [n for n in cfgs if n != "sheaf_frl_K=512"]
+    check_pilot_batches({n: cfgs[n] for n in fits}, {n: algos[n] for n in fits})
+    with pytest.raises(ConfigError, match="method sheaf_frl_K=512: K = 512 pilots per step, but "):
+        check_pilot_batches(cfgs, algos)
+
+
+def test_pilot_batches_need_an_overhead_launch_and_are_not_timed_twice(monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    argv = ["bench", "--dry-run", "--launcher", LAUNCHER, "--pilot-batches"]
+    assert cli.main(["bench", "scaling", "--dry-run", "--pilot-batches", "4"]) == 2
+    assert "--pilot-batches needs the overhead case" in capsys.readouterr().err
+    assert cli.main(["bench", "overhead", "--only", "pair", *argv[1:], ""]) == 2
+    assert "--pilot-batches must be positive integers" in capsys.readouterr().err
+    assert cli.main(["bench", "overhead", "--only", "pair", *argv[1:], "64,16,8"]) == 0
+    out = capsys.readouterr().out
+    assert "note: pair times K = 8, 64 already" in out  # the config's K and the K/8 method
+    assert '"sheaf_frl_K=16"' in out and "sheaf_frl_K=8" not in out and "K=64" not in out
