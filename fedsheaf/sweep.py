@@ -316,10 +316,11 @@ def _ranks(
     key = (cfg.algorithm, cfg.graph, cfg.federated.clients)
     if key not in known:
         known[key] = ranks_needed(cfg)
-    needed, n = rank_range(known[key]), method.ranks
+    (lo, hi), n = known[key], method.ranks
+    needed = rank_range((lo, hi))
     graph_run = cfg.decentralized or cfg.hub_based
-    if n is None and graph_run:
-        return known[key][0]
+    if n is None and lo == hi:  # a graph run, or a server and a single client
+        return lo
     if n is None:
         raise ConfigError(
             f"{where}: method {method.name}: server-based algorithm {cfg.algorithm} runs on "
@@ -327,7 +328,7 @@ def _ranks(
             f"{count(cfg.federated.clients, 'client')}); choose how many with the method's "
             "'ranks'"
         )
-    if graph_run and n != known[key][0]:
+    if graph_run and n != lo:
         roles = "one per graph node" + (" plus a server rank" if cfg.hub_based else "")
         raise ConfigError(
             f"{where}: method {method.name}: ranks {n} does not fit run {tag}: "

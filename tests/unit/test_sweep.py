@@ -403,6 +403,10 @@ def test_server_based_methods_name_their_rank_count(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
     assert cli.main(["sweep", study(ranks=11)]) == 0
     assert capsys.readouterr().out.startswith("mpiexec -n 11 fedsheaf run ")
+    # one client: a server and one worker is the only count, as `fedsheaf check` takes it
+    one = study(set={"algorithm": "fedavg", "federated.clients": 1})
+    assert cli.main(["sweep", one]) == 0
+    assert capsys.readouterr().out.startswith("mpiexec -n 2 fedsheaf run ")
 
 
 def test_a_sweep_directory_is_neither_a_run_nor_another_studys(tmp_path, capsys, monkeypatch):
