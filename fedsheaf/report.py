@@ -137,6 +137,15 @@ def _manifests(paths: list[Path]) -> dict[Path, tuple[dict[str, Any], list[str]]
     return found
 
 
+def _hashable(value: Any) -> Any:
+    """A grid value as a key: lists (e.g. a grid over widths) as tuples."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
 def collect(paths: list[str | Path]) -> list[RunRecord]:
     """Every finished run (summary.json + config.yaml) at or below ``paths``."""
     roots = [Path(p) for p in paths]
@@ -171,7 +180,7 @@ def collect(paths: list[str | Path]) -> list[RunRecord]:
                 method,
                 float(_get(cfg, "data.shift")),
                 dims.pop() if len(dims) == 1 else None,
-                tuple((k, _get(cfg, k)) for k in keys),
+                tuple((k, _hashable(_get(cfg, k))) for k in keys),
                 int(cfg.get("seed", 0)),
                 summary,
                 flat_keys(cfg),
@@ -310,11 +319,17 @@ def select(records: list[RunRecord]) -> list[Row]:
     return rows
 
 
+def _value_order(v: Any) -> tuple[Any, ...]:
+    if isinstance(v, int | float):
+        return (0, v)
+    if isinstance(v, tuple):
+        return (1, tuple(_value_order(x) for x in v))
+    return (2, repr(v))
+
+
 def _hyper_order(hyper: tuple[tuple[str, Any], ...]) -> tuple[Any, ...]:
     """Grid points in order of their values, numbers as numbers (K = 4 before 16)."""
-    return tuple(
-        (k, (0, v, "") if isinstance(v, int | float) else (1, 0, repr(v))) for k, v in hyper
-    )
+    return tuple((k, _value_order(v)) for k, v in hyper)
 
 
 def grid_points(records: list[RunRecord]) -> list[tuple[Row, bool]]:

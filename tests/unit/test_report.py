@@ -285,3 +285,30 @@ def test_a_damaged_study_json_is_one_clear_error(tmp_path, capsys, manifest):
     assert cli.main(["report", str(tmp_path), "--out", str(tmp_path / "rep")]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'study.json'} is not a sweep manifest" in err and "Traceback" not in err
+
+
+def test_a_grid_over_a_list_valued_key_is_reported(tmp_path):
+    """Grid values that are lists (here the head_fedavg backbone widths) are compared as
+    values; they used to stop the report with "unhashable type: 'list'"."""
+    root = tmp_path / "sweep"
+    widths = ([64, 64], [128, 128])
+    dirs = [
+        _run(root / "runs", f"w{k}", [f"head.backbone={w}"], _summary(v, 0.5, 0.5))
+        for k, (w, v) in enumerate(zip(widths, (0.4, 0.6), strict=True))
+    ]
+    atomic_write_json(
+        root / "study.json",
+        {
+            "study": "x",
+            "axis": "s",
+            "grid_keys": ["head.backbone"],
+            "runs": [
+                {"dir": str(d), "method": "m", "grid": {"head.backbone": w}}
+                for d, w in zip(dirs, widths, strict=True)
+            ],
+        },
+    )
+    records = collect([root])
+    assert select(records)[0].hyper == (("head.backbone", (128, 128)),)
+    assert [chosen for _, chosen in grid_points(records)] == [False, True]
+    assert "grid.md" in {p.name for p in write_report(records, tmp_path / "report")}
