@@ -349,11 +349,19 @@ def _pm(mean: float, std: float) -> str:
     return f"{mean:.3f}" if math.isnan(std) else f"{mean:.3f} ± {std:.3f}"
 
 
+def _shown(value: Any) -> str:
+    """A grid value as a config spells it (a tuple from :func:`_hashable` as a list)."""
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_shown(v) for v in value) + "]"
+    return str(value)
+
+
 def _hyper(hyper: tuple[tuple[str, Any], ...]) -> str:
     if not hyper:
         return "–"
     return ", ".join(
-        f"{k.split('.')[-1]}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in hyper
+        f"{k.split('.')[-1]}={v:g}" if isinstance(v, float) else f"{k}={_shown(v)}"
+        for k, v in hyper
     )
 
 

@@ -308,7 +308,8 @@ def _ranks(
     known: dict[Any, tuple[int, int]],
 ) -> int:
     """The rank count of run ``tag`` of ``method``: its ``ranks``, checked against the
-    run as the job would check it; without one, the one count a graph run takes.
+    run as the job would check it; without one, the one count the run takes (a graph
+    run, or a server-based run with a single client), else an error.
 
     ``known`` keeps what ``ranks_needed`` said for each graph file and client count, so
     that a study reads each graph once.

@@ -408,13 +408,14 @@ def data_notes(cases: list[str], dataset: str, root: str) -> tuple[list[str], bo
     return notes, images, fedrep
 
 
-def add_pilot_batches(launches: list[Launch], ks: list[int]) -> None:
+def add_pilot_batches(launches: list[Launch], ks: list[int]) -> list[str]:
     """Give every overhead launch a Sheaf-FRL method per pilot batch in ``ks`` that it
-    does not time already (its config's K, the K of a method it has, e.g. K/8)."""
+    does not time already (its config's K, the K of a method it has, e.g. K/8); a note
+    for each launch that already times some of them."""
     timed = [la for la in launches if "overhead" in la.cases]
     if not timed:
         raise ConfigError("--pilot-batches needs the overhead case (none of the chosen launches)")
-    key = "sheaf.pilot_batch="
+    key, notes = "sheaf.pilot_batch=", []
     for la in timed:
         spec = la.spec
         have = {load_config(spec["config"], spec.get("overrides", [])).sheaf.pilot_batch}
@@ -422,12 +423,10 @@ def add_pilot_batches(launches: list[Launch], ks: list[int]) -> None:
             have |= {int(o.removeprefix(key)) for o in overrides if o.startswith(key)}
         new = [k for k in ks if k not in have]
         if len(new) < len(ks):
-            print(
-                f"fedsheaf bench: note: {la.label} times K = "
-                f"{', '.join(str(k) for k in ks if k in have)} already",
-                flush=True,
-            )
+            already = ", ".join(str(k) for k in ks if k in have)
+            notes.append(f"--pilot-batches: {la.label} times K = {already} already")
         spec["extra_methods"] = {**spec.get("extra_methods", {}), **pilot_batch_methods(new)}
+    return notes
 
 
 def _check_tag(tag: str) -> None:
@@ -480,7 +479,7 @@ def run(args: argparse.Namespace) -> int:
             except ConfigError as exc:
                 raise ConfigError(f"--set, launch {la.label}: {exc}") from None
     if args.pilot_batches is not None:
-        add_pilot_batches(launches, parse_counts(args.pilot_batches, "--pilot-batches"))
+        notes += add_pilot_batches(launches, parse_counts(args.pilot_batches, "--pilot-batches"))
     tag = args.tag or f"{args.size}-{device}"
     for note in notes:
         print(f"fedsheaf bench: note: {note}", flush=True)

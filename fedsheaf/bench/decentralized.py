@@ -40,6 +40,7 @@ from fedsheaf.bench.formulas import (
     strict_bytes_per_step,
     summary,
 )
+from fedsheaf.bench.plan import K_METHOD
 from fedsheaf.bench.ranks import (
     Clock,
     NoNeighbours,
@@ -154,19 +155,26 @@ OVERHEAD_METHODS: dict[str, list[str]] = {
 def check_pilot_batches(
     cfgs: dict[str, ExperimentConfig], algos: dict[str, DecentralizedAlgorithm]
 ) -> None:
-    """Refuse a Sheaf-FRL method whose K the pilot set cannot give (it would encode the
-    whole set each step and be timed under the K asked for)."""
+    """Refuse a Sheaf-FRL method that would be timed under a K it does not run: a K
+    above the pilot set (the whole set is encoded each step), or a ``--pilot-batches``
+    method under ``pilot_strategy: prototype`` (one column per class, whatever K)."""
     for name, algo in algos.items():
         pilots = getattr(algo, "pilots", None)
+        if not isinstance(pilots, PilotPlan):
+            continue
         asked = cfgs[name].sheaf.pilot_batch
-        if isinstance(pilots, PilotPlan) and pilots.strategy in ("uniform", "stratified"):
-            pool = len(algo.agent.data.x_pilot)
-            if asked > pool:
+        if pilots.strategy == "prototype":
+            if name.startswith(K_METHOD):
                 raise ConfigError(
-                    f"method {name}: K = {asked} pilots per step, but the shared pilot set "
-                    f"holds {pool}; choose a smaller K (--pilot-batches) or more pilots "
-                    "(data.pilot_fraction, data.limit)"
+                    f"method {name}: sheaf.pilot_strategy=prototype encodes one pilot column "
+                    "per class whatever K is; --pilot-batches times nothing new here"
                 )
+        elif pilots.columns != asked:
+            raise ConfigError(
+                f"method {name}: K = {asked} pilots per step, but the shared pilot set "
+                f"holds {len(algo.agent.data.x_pilot)}; choose a smaller K "
+                "(--pilot-batches) or more pilots (data.pilot_fraction, data.limit)"
+            )
 
 
 def overhead(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:

@@ -372,8 +372,11 @@ def test_a_pilot_batch_larger_than_the_pilot_set_is_refused_before_timing():
     from fedsheaf.config import load_config
 
     cfgs, algos = {}, {}
-    for name, k in (("sheaf_frl", 32), ("sheaf_frl_K=180", 180), ("sheaf_frl_K=512", 512)):
-        cfg = load_config(REPO / "configs/quickstart.yaml", [f"sheaf.pilot_batch={k}"])
+    runs = [("sheaf_frl", 32, "uniform"), ("sheaf_frl_K=180", 180, "uniform")]
+    runs += [("sheaf_frl_K=512", 512, "uniform"), ("sheaf_frl_K=16", 16, "prototype")]
+    for name, k, strategy in runs:
+        overrides = [f"sheaf.pilot_batch={k}", f"sheaf.pilot_strategy={strategy}"]
+        cfg = load_config(REPO / "configs/quickstart.yaml", overrides)
         graph = experiment.build_graph(cfg, 4)
         ds, part = experiment.load_and_partition(cfg)
         cpu = torch.device("cpu")
@@ -382,10 +385,14 @@ def test_a_pilot_batch_larger_than_the_pilot_set_is_refused_before_timing():
         agent = Agent(0, cfg, graph, data, model, cpu, 1)
         cfgs[name], algos[name] = cfg, SheafFRL(agent, NoNeighbours(), Silent())
     assert len(algos["sheaf_frl"].agent.data.x_pilot) == 180
-    fits = [n for n in cfgs if n != "sheaf_frl_K=512"]
+    fits = ["sheaf_frl", "sheaf_frl_K=180"]
     check_pilot_batches({n: cfgs[n] for n in fits}, {n: algos[n] for n in fits})
-    with pytest.raises(ConfigError, match="method sheaf_frl_K=512: K = 512 pilots per step, but "):
-        check_pilot_batches(cfgs, algos)
+    for bad, says in (
+        ("sheaf_frl_K=512", "K = 512 pilots per step, but the shared pilot set holds 180"),
+        ("sheaf_frl_K=16", "pilot_strategy=prototype encodes one pilot column per class"),
+    ):
+        with pytest.raises(ConfigError, match=f"method {bad}: .*{says}"):
+            check_pilot_batches({bad: cfgs[bad]}, {bad: algos[bad]})
 
 
 def test_pilot_batches_need_an_overhead_launch_and_are_not_timed_twice(monkeypatch, capsys):
@@ -397,5 +404,6 @@ def test_pilot_batches_need_an_overhead_launch_and_are_not_timed_twice(monkeypat
     assert "--pilot-batches must be positive integers" in capsys.readouterr().err
     assert cli.main(["bench", "overhead", "--only", "pair", *argv[1:], "64,16,8"]) == 0
     out = capsys.readouterr().out
-    assert "note: pair times K = 8, 64 already" in out  # the config's K and the K/8 method
+    # the config's K and the K/8 method's are timed already
+    assert "fedsheaf bench: note: --pilot-batches: pair times K = 8, 64 already" in out
     assert '"sheaf_frl_K=16"' in out and "sheaf_frl_K=8" not in out and "K=64" not in out

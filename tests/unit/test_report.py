@@ -312,3 +312,4 @@ def test_a_grid_over_a_list_valued_key_is_reported(tmp_path):
     assert select(records)[0].hyper == (("head.backbone", (128, 128)),)
     assert [chosen for _, chosen in grid_points(records)] == [False, True]
     assert "grid.md" in {p.name for p in write_report(records, tmp_path / "report")}
+    assert "| head.backbone=[128, 128] | 1 |" in (tmp_path / "report" / "grid.md").read_text()
