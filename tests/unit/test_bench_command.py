@@ -362,28 +362,16 @@ def test_pilot_batches_add_a_sheaf_frl_method_per_k_to_the_overhead_launches(mon
 
 def test_a_pilot_batch_larger_than_the_pilot_set_is_refused_before_timing():
     """The quickstart's pilot set holds 180 digits: K = 512 would be timed as K = 180."""
-    import torch
-
-    from fedsheaf import experiment
-    from fedsheaf.algorithms.base import Agent
-    from fedsheaf.algorithms.sheaf_frl import SheafFRL
     from fedsheaf.bench.decentralized import check_pilot_batches
-    from fedsheaf.bench.ranks import NoNeighbours, Silent
-    from fedsheaf.config import load_config
+    from tests.unit.test_bench_timer_loop import build
 
-    cfgs, algos = {}, {}
     runs = [("sheaf_frl", 32, "uniform"), ("sheaf_frl_K=180", 180, "uniform")]
     runs += [("sheaf_frl_K=512", 512, "uniform"), ("sheaf_frl_K=16", 16, "prototype")]
-    for name, k, strategy in runs:
-        overrides = [f"sheaf.pilot_batch={k}", f"sheaf.pilot_strategy={strategy}"]
-        cfg = load_config(REPO / "configs/quickstart.yaml", overrides)
-        graph = experiment.build_graph(cfg, 4)
-        ds, part = experiment.load_and_partition(cfg)
-        cpu = torch.device("cpu")
-        data = experiment.agent_data(ds, part, 0, cpu)
-        model = experiment.agent_model(cfg, ds, 0, cpu)
-        agent = Agent(0, cfg, graph, data, model, cpu, 1)
-        cfgs[name], algos[name] = cfg, SheafFRL(agent, NoNeighbours(), Silent())
+    algos = {
+        name: build("sheaf_frl", f"sheaf.pilot_batch={k}", f"sheaf.pilot_strategy={strategy}")
+        for name, k, strategy in runs
+    }
+    cfgs = {name: algo.cfg for name, algo in algos.items()}
     assert len(algos["sheaf_frl"].agent.data.x_pilot) == 180
     fits = ["sheaf_frl", "sheaf_frl_K=180"]
     check_pilot_batches({n: cfgs[n] for n in fits}, {n: algos[n] for n in fits})
