@@ -119,6 +119,7 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
             make=lambda agent, nbr, rep: cls(agent, nbr, rep, hub, ctx),
             job=world,
             loaded=loaded,
+            dataset=(ds, part),
         )
     except UserErrorExit as exc:  # reported by agent 0; the server must not wait for it
         world.comm.Abort(exc.code)

@@ -12,6 +12,8 @@ from fedsheaf import checkpoint, experiment
 from fedsheaf.algorithms import DECENTRALIZED
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
 from fedsheaf.config import ExperimentConfig, dump_config
+from fedsheaf.data.partition import Partition
+from fedsheaf.data.sources import Dataset
 from fedsheaf.errors import FedsheafError
 from fedsheaf.preflight import (
     check_run_dir,
@@ -50,6 +52,7 @@ def run_decentralized(
     make: Callable[..., DecentralizedAlgorithm] | None = None,
     job: World | None = None,
     loaded: Loaded | None = None,
+    dataset: tuple[Dataset, Partition] | None = None,
 ) -> dict[str, Any] | None:
     """Run a graph-coupled algorithm with one agent per rank; rank 0 returns the summary.
 
@@ -57,11 +60,12 @@ def run_decentralized(
     for ``cfg.algorithm``; fedsheaf.runtime.hub passes one that also holds the server).
     ``job`` is the set of ranks that write checkpoints (default ``world``; a hub run's
     whole job, server included) and ``loaded`` what :func:`load_latest` already read
-    on it when resuming.
+    on it when resuming; ``dataset`` the data set and partition the job already loaded
+    (every rank gives one, or none does).
     """
     job = job or world
     graph = world.agree(lambda: experiment.build_graph(cfg, world.size))
-    ds, part = world.agree(lambda: experiment.load_and_partition(cfg))
+    ds, part = dataset or world.agree(lambda: experiment.load_and_partition(cfg))
     data = world.agree(lambda: experiment.agent_data(ds, part, world.rank, world.device))
     steps = experiment.steps_per_epoch(cfg, part)
     for warning in experiment.data_warnings(cfg, part, graph):
