@@ -415,12 +415,14 @@ def add_pilot_batches(launches: list[Launch], ks: list[int]) -> list[str]:
     timed = [la for la in launches if "overhead" in la.cases]
     if not timed:
         raise ConfigError("--pilot-batches needs the overhead case (none of the chosen launches)")
-    key, notes = "sheaf.pilot_batch=", []
+    notes = []
     for la in timed:
         spec = la.spec
-        have = {load_config(spec["config"], spec.get("overrides", [])).sheaf.pilot_batch}
-        for overrides in spec.get("extra_methods", {}).values():
-            have |= {int(o.removeprefix(key)) for o in overrides if o.startswith(key)}
+        methods = [[], *spec.get("extra_methods", {}).values()]
+        have = {
+            load_config(spec["config"], [*spec.get("overrides", []), *m]).sheaf.pilot_batch
+            for m in methods
+        }
         new = [k for k in ks if k not in have]
         if len(new) < len(ks):
             already = ", ".join(str(k) for k in ks if k in have)
