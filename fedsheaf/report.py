@@ -311,12 +311,7 @@ def _order(r: Row) -> tuple[Any, ...]:
 
 def select(records: list[RunRecord]) -> list[Row]:
     """Per method × setting: the grid point with the best mean validation score."""
-    rows = []
-    for key, cands in _groups(records).items():
-        best = _best(cands)
-        rows.append(_point(key, best, cands[best], len(cands)))
-    rows.sort(key=_order)
-    return rows
+    return [row for row, chosen in grid_points(records) if chosen]
 
 
 def _value_order(v: Any) -> tuple[Any, ...]:
@@ -337,8 +332,8 @@ def grid_points(records: list[RunRecord]) -> list[tuple[Row, bool]]:
     points = []
     for key, cands in _groups(records).items():
         best = _best(cands)
-        for hyper in sorted(cands, key=_hyper_order):
-            points.append((_point(key, hyper, cands[hyper], len(cands)), hyper == best))
+        for hyper, runs in cands.items():
+            points.append((_point(key, hyper, runs, len(cands)), hyper == best))
     points.sort(key=lambda p: (_order(p[0]), _hyper_order(p[0].hyper)))
     return points
 
@@ -495,7 +490,8 @@ def plot(rows: list[Row], axis: str, path: Path) -> Path:
 def write_report(records: list[RunRecord], out: Path) -> list[Path]:
     """Write comparison.md/.csv, runs.csv, grid.md/.csv where a grid was searched, and
     the figures the settings call for."""
-    rows = select(records)
+    points = grid_points(records)
+    rows = [row for row, chosen in points if chosen]  # = select(records)
     written = []
     intro = (
         "Selected grid point per method and setting by mean validation score "
@@ -508,7 +504,6 @@ def write_report(records: list[RunRecord], out: Path) -> list[Path]:
         ("runs.csv", runs_csv(records)),
     ]
     if any(r.candidates > 1 for r in rows):  # a grid was searched: show all of it
-        points = grid_points(records)
         grid_intro = (
             "Every grid point per method and setting: mean validation score and test "
             "accuracies as mean ± std over seeds; ✓ marks the one `comparison.md` "
