@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import subprocess
 import sys
@@ -47,10 +48,19 @@ def test_top_level_help_lists_every_command_and_unknown_ones_fail(capsys):
     assert "invalid choice: 'bogus'" in capsys.readouterr().err
 
 
-def test_a_full_parser_still_builds():
+def test_a_full_parser_still_builds(capsys):
+    """Built for no command in particular, the parser configures every subcommand."""
     parser = cli.build_parser()
     args = parser.parse_args(["graph", "show", "graphs/quick4.yaml"])
-    assert args.func is not None
+    assert args.func is importlib.import_module("fedsheaf.graph_command").run
+    for name, *_ in cli.SUBCOMMANDS:
+        with pytest.raises(SystemExit) as done:
+            parser.parse_args([name, "--help"])
+        assert done.value.code == 0
+        usage = capsys.readouterr().out.splitlines()[0]
+        assert usage.startswith(f"usage: fedsheaf {name} [-h]") and usage.strip() != (
+            f"usage: fedsheaf {name} [-h]"
+        ), usage  # its own arguments were added, not just its name
 
 
 def test_launched_rank_reads_the_launchers_variables(monkeypatch):
