@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,47 @@ from fedsheaf.results import read_metrics
 from tests.conftest import REPO, run_mpi, untimed
 
 pytestmark = pytest.mark.mpi
-COMMON = ["train.steps_per_epoch=2", "checkpoint.every=1", "checkpoint.keep=3", "seed=5"]
+# evaluated every 2 epochs (and after the last): a run of 4 evaluates epochs 2 and 4 only
+COMMON = [
+    "train.steps_per_epoch=2",
+    "train.eval_every=2",
+    "checkpoint.every=1",
+    "checkpoint.keep=3",
+    "seed=5",
+]
+QUICK = str((REPO / "configs/quickstart.yaml").resolve())
 
 
-def _run(tmp: Path, *args: str, cwd: Path | None = None):
-    return run_mpi(4, ["-m", "fedsheaf", "run", *args], cwd=cwd, timeout=240)
+def _run(*args: str):
+    return run_mpi(4, ["-m", "fedsheaf", "run", *args], timeout=240)
+
+
+def _together(*jobs):
+    """Each job (a function that launches one or more runs in turn) in a thread of its own,
+    all at once: startup dominates these short 4-rank runs on 2 cores. Their results."""
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        futures = [pool.submit(job) for job in jobs]
+        return [f.result() for f in futures]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """Two finished runs under one directory, launched together: ``ref`` of 4 epochs
+    (checkpointed every epoch) and ``cut`` of 3 epochs, checkpointed every 2 epochs and
+    after the last. ``short`` is a copy of ``cut`` taken as soon as it finished, which no
+    test changes (test_resume_guards_and_fallback damages and extends ``cut`` itself)."""
+    root = tmp_path_factory.mktemp("runs")
+    out = f"output.dir={root}"
+    ref, cut = _together(
+        lambda: _run(QUICK, out, "output.name=ref", "train.epochs=4", *COMMON),
+        lambda: _run(
+            QUICK, out, "output.name=cut", "train.epochs=3", *COMMON, "checkpoint.every=2"
+        ),
+    )
+    assert ref.returncode == 0, ref.stderr
+    assert cut.returncode == 0, cut.stderr
+    shutil.copytree(root / "cut", root / "short")
+    return root
 
 
 def _restricted(record, like):
@@ -45,27 +82,45 @@ def _checked(capsys, *args: str, code: int = 2) -> str:
     return (err if code else out).strip().splitlines()[-1]
 
 
-def test_resume_guards_and_fallback(tmp_path, capsys, monkeypatch):
-    quick = str(Path("configs/quickstart.yaml").resolve())
-    out = f"output.dir={tmp_path}"
-    ref = _run(tmp_path, quick, out, "output.name=ref", "train.epochs=4", *COMMON)
-    assert ref.returncode == 0, ref.stderr
-    cut = tmp_path / "cut"  # a finished run of 3 epochs, to be trained longer
-    proc = _run(
-        tmp_path, quick, out, "output.name=cut", "train.epochs=3", *COMMON, "checkpoint.every=2"
-    )
-    assert proc.returncode == 0, proc.stderr
+def test_resume_guards_and_fallback(runs, capsys, monkeypatch):
+    """What a finished run refuses, or has nothing to do for, without being changed; a
+    damaged newest checkpoint falls back to the one before, ending as the reference."""
+    quick, out, tmp_path = QUICK, f"output.dir={runs}", runs
+    cut = runs / "cut"  # a finished run of 3 epochs, to be trained longer
     # every 2 epochs and after the last, so that it is extended from its end
     assert sorted(p.name for p in (cut / "checkpoints").glob("epoch-*")) == [
         "epoch-0002",
         "epoch-0003",
     ]
-
     summary = (cut / "summary.json").read_text()
-    proc = _run(tmp_path, "--resume", str(cut))  # a requeued job: nothing to do, exit 0
-    assert proc.returncode == 0, proc.stderr
-    assert f"{cut} has already finished its 3 epochs; nothing to do" in proc.stdout
-    assert "train.epochs greater than 3" in proc.stdout
+    kept = {f: (cut / f).read_bytes() for f in ("summary.json", "config.yaml", "metrics.jsonl")}
+    nock = tmp_path / "nock"  # the same finished run without checkpoints: the real job
+    shutil.copytree(cut, nock, ignore=shutil.ignore_patterns("checkpoints"))
+    # copies whose checkpoints of rank 1 are damaged, or gone: refused extensions
+    broken = tmp_path / "broken"
+    shutil.copytree(cut, broken)
+    for f in (broken / "checkpoints").glob("epoch-*/rank-1.pt"):
+        f.write_bytes(b"junk")
+    gone = tmp_path / "gone"
+    shutil.copytree(cut, gone)
+    for f in (gone / "checkpoints").glob("epoch-*/rank-1.pt"):
+        f.unlink()
+    manifest = (broken / "checkpoints" / "latest.json").read_bytes()
+    # a replacement of cut that fails before training (an empty pilot set)
+    pilot = [quick, out, "output.name=cut", "train.epochs=3", *COMMON, "output.overwrite=true"]
+    # the launches that refuse (or have nothing to do) start together, at most two at a
+    # time; the ones on cut itself one after the other
+    (done, pilot_proc), nock_proc = _together(
+        lambda: (
+            _run("--resume", str(cut)),  # a requeued job: nothing to do, exit 0
+            _run(*pilot, "data.pilot_fraction=0.0001"),
+        ),
+        lambda: _run("--resume", str(nock), "train.epochs=4"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"{cut} has already finished its 3 epochs; nothing to do" in done.stdout
+    assert "train.epochs greater than 3" in done.stdout
+    assert (cut / "summary.json").read_text() == summary
     # refusals before any checkpoint is read: through `fedsheaf check`, the same functions
     line = _checked(capsys, "--resume", str(cut), "seed=6", "train.epochs=4")
     assert "cannot resume" in line and "experiment: seed (5 -> 6). A resumed run" in line
@@ -76,10 +131,7 @@ def test_resume_guards_and_fallback(tmp_path, capsys, monkeypatch):
         line = _checked(capsys, *again, code=0)
         assert f"{cut} has already finished its 3 epochs{asked}; nothing to do" in line
     assert (cut / "summary.json").read_text() == summary
-    nock = tmp_path / "nock"  # the same finished run without checkpoints: the real job
-    shutil.copytree(cut, nock, ignore=shutil.ignore_patterns("checkpoints"))
-    kept = {f: (nock / f).read_bytes() for f in ("summary.json", "config.yaml", "metrics.jsonl")}
-    line = _one_error(_run(tmp_path, "--resume", str(nock), "train.epochs=4"))
+    line = _one_error(nock_proc)
     assert f"{nock} is a finished run with no checkpoint to continue from" in line
     assert "train.epochs=4 and output.overwrite=true" in line
     assert {f: (nock / f).read_bytes() for f in kept} == kept  # refused before any change
@@ -108,41 +160,36 @@ def test_resume_guards_and_fallback(tmp_path, capsys, monkeypatch):
     line = _checked(capsys, *args, *COMMON)
     assert "holds a finished run without its config.yaml" in line
 
-    # a refused extension leaves the finished run as it was
-    kept = {f: (cut / f).read_bytes() for f in ("summary.json", "config.yaml", "metrics.jsonl")}
-    broken = tmp_path / "broken"
-    shutil.copytree(cut, broken)
-    for f in (broken / "checkpoints").glob("epoch-*/rank-1.pt"):
-        f.write_bytes(b"junk")
-    gone = tmp_path / "gone"
-    shutil.copytree(cut, gone)
-    for f in (gone / "checkpoints").glob("epoch-*/rank-1.pt"):
-        f.unlink()
-    manifest = (broken / "checkpoints" / "latest.json").read_bytes()
-    line = _one_error(_run(tmp_path, "--resume", str(broken), "train.epochs=4"))
+    # a refused extension leaves the finished run as it was (broken: launched below)
+    line = _checked(capsys, "--resume", str(gone), "train.epochs=4")
+    assert "no complete checkpoint" in line and "start over with output.overwrite=true" in line
+    # and so does a replacement that fails before training (launched above, with the
+    # requeued job): the run is left as it was
+    assert "the shared pilot set is empty: data.pilot_fraction=0.0001" in _one_error(pilot_proc)
+    assert {f: (cut / f).read_bytes() for f in kept} == kept
+
+    # trained longer, while its newest checkpoint is damaged on one rank: from the one
+    # before (launched together with the refused extension of broken)
+    torn = cut / "checkpoints" / "epoch-0003" / "rank-2.pt"
+    torn.write_bytes(torn.read_bytes()[:100])
+    refused, proc = _together(
+        lambda: _run("--resume", str(broken), "train.epochs=4"),
+        lambda: _run("--resume", str(cut), "train.epochs=4"),
+    )
+    line = _one_error(refused)
     assert "no checkpoint can be read" in line and "start over with output.overwrite=true" in line
     assert {f: (broken / f).read_bytes() for f in kept} == kept
     assert not (broken / "summary.prev.json").exists()
     # an error, not a silent restart; the manifest stays as it was
     assert (broken / "checkpoints" / "latest.json").read_bytes() == manifest
-    line = _checked(capsys, "--resume", str(gone), "train.epochs=4")
-    assert "no complete checkpoint" in line and "start over with output.overwrite=true" in line
-    # and so does a replacement that fails before training (an empty pilot set)
-    proc = _run(tmp_path, quick, out, "output.name=cut", "train.epochs=3", *COMMON,
-                "output.overwrite=true", "data.pilot_fraction=0.0001")  # fmt: skip
-    assert "the shared pilot set is empty: data.pilot_fraction=0.0001" in _one_error(proc)
-    assert {f: (cut / f).read_bytes() for f in kept} == kept
-
-    # trained longer, while its newest checkpoint is damaged on one rank: from the one before
-    torn = cut / "checkpoints" / "epoch-0003" / "rank-2.pt"
-    torn.write_bytes(torn.read_bytes()[:100])
-    proc = _run(tmp_path, "--resume", str(cut), "train.epochs=4")
     assert proc.returncode == 0, proc.stderr
     assert f"extending the finished run {cut} from 3 to 4 epochs" in proc.stdout
     assert "the checkpoint after epoch 3 cannot be used" in proc.stdout
     assert f"resuming {cut} after epoch 2" in proc.stdout
     resumed, reference = (read_metrics(d / "metrics.jsonl") for d in (cut, tmp_path / "ref"))
     assert [r["epoch"] for r in resumed] == [1, 2, 3, 4]
+    # (epoch 3 is not evaluated: the fallback dropped the finished run's record of it)
+    assert "private_acc" not in resumed[2] and "private_acc" in resumed[3]
     assert untimed(resumed) == untimed(reference)
     summaries = [json.loads((d / "summary.json").read_text()) for d in (cut, tmp_path / "ref")]
     assert untimed(summaries[0]) == untimed(summaries[1])
@@ -159,17 +206,14 @@ def test_resume_guards_and_fallback(tmp_path, capsys, monkeypatch):
     assert "checkpointed after epoch 4, past the 3 epochs" in line
 
 
-def test_a_run_trained_longer_differs_only_in_its_extra_evaluation(tmp_path, capsys):
-    """Evaluated every 2 epochs, a run of 3 still evaluates its last epoch; trained on to 4
-    it equals a run of 4 everywhere else."""
-    quick, out = "configs/quickstart.yaml", f"output.dir={tmp_path}"
-    common = [quick, out, "train.eval_every=2", *COMMON]
-    for name, epochs in (("short", 3), ("long", 4)):
-        proc = _run(tmp_path, *common, f"output.name={name}", f"train.epochs={epochs}")
-        assert proc.returncode == 0, proc.stderr
-    short, long = tmp_path / "short", tmp_path / "long"
-    proc = _run(tmp_path, "--resume", str(short), "train.epochs=4")
+def test_a_run_trained_longer_differs_only_in_its_extra_evaluation(runs, tmp_path, capsys):
+    """Evaluated every 2 epochs, a run of 3 (``short``) still evaluates its last epoch;
+    trained on to 4 it equals a run of 4 (``ref``) everywhere else. The run of 4, as if
+    stopped after its unevaluated epoch 3, cannot be ended there."""
+    short, long = runs / "short", runs / "ref"
+    proc = _run("--resume", str(short), "train.epochs=4")
     assert proc.returncode == 0, proc.stderr
+    assert f"resuming {short} after epoch 3" in proc.stdout  # from its end
     extended, reference = (untimed(read_metrics(d / "metrics.jsonl")) for d in (short, long))
     assert [r["epoch"] for r in extended] == [1, 2, 3, 4]
     assert "private_acc" in extended[2] and "private_acc" not in reference[2]

@@ -3,17 +3,19 @@
 Two runs of the family are checked: FedRep (private heads on the workers) and
 head-only FedAvg (the server also carries the Gram recursion across rounds).
 
-A reference run without checkpoints and a run checkpointing every 3 rounds start
-together. The second is then turned into what a job killed during round 5 leaves
-behind: its manifest names round 3 only (round 6's rank files stay on disk,
-uncommitted), metrics.jsonl still holds the later records and there is no
-summary. Resuming it must rewrite metrics.jsonl and end exactly as the reference
-(timings aside).
+A reference run of 6 rounds without checkpoints, a run of 6 rounds checkpointing every 3
+and a finished run of 3 rounds start together. The second is then turned into what a
+job killed during round 5 leaves behind: its manifest names round 3 only (round 6's rank
+files stay on disk, uncommitted), metrics.jsonl still holds the later records and there
+is no summary. Resuming it must rewrite metrics.jsonl and end exactly as the reference
+(timings aside). The finished run of 3 rounds, trained longer to 6 (launched together
+with that resume), must end exactly as the reference too.
 """
 
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -97,6 +99,12 @@ def _run_together(tmp_path: Path, *runs: list[str]) -> None:
 
 @pytest.mark.parametrize("make", [_fedrep, _head_fedavg], ids=["fedrep", "head_fedavg"])
 def test_resumed_server_run_matches_an_uninterrupted_one(tmp_path, fmnist_root, make):
+    """A run killed after its round-3 checkpoint and resumed, and a finished run of 3
+    rounds trained longer to 6, each end exactly as a run of 6 rounds (timings aside).
+
+    FedRep ends with a fine-tuning round after its last one: the checkpoint of the last
+    round is taken before it, so a finished run continues as if it had been asked for
+    more; head_fedavg's server carries its Gram recursion across the extension."""
     if not MPIEXEC.exists():
         pytest.skip(f"mpiexec not found at {MPIEXEC}")
     cfg = _config(tmp_path, make(fmnist_root))
@@ -105,8 +113,9 @@ def test_resumed_server_run_matches_an_uninterrupted_one(tmp_path, fmnist_root, 
         tmp_path,
         [str(cfg), "output.name=ref", "checkpoint.every=0"],
         [str(cfg), "output.name=cut", f"checkpoint.every={CUT}"],
+        [str(cfg), "output.name=short", f"federated.rounds={CUT}", f"checkpoint.every={CUT}"],
     )
-    ref, cut = runs / "ref", runs / "cut"
+    ref, cut, short = runs / "ref", runs / "cut", runs / "short"
     assert not (ref / "checkpoints").exists()
     reference = untimed(read_metrics(ref / "metrics.jsonl"))
     ref_summary = untimed(json.loads((ref / "summary.json").read_text()))
@@ -120,7 +129,13 @@ def test_resumed_server_run_matches_an_uninterrupted_one(tmp_path, fmnist_root, 
     assert checkpoint.latest(cut, NP).epoch == CUT
     assert (checkpoint.epoch_dir(cut, ROUNDS) / "rank-0.pt").is_file()
 
-    proc = run_mpi(NP, ["-m", "fedsheaf", "run", "--resume", str(cut)], timeout=240)
+    # the resume and the extension of the finished short run, launched together
+    with ThreadPoolExecutor(2) as pool:
+        resumed, extended = pool.map(
+            lambda args: run_mpi(NP, ["-m", "fedsheaf", "run", "--resume", *args], timeout=240),
+            [[str(cut)], [str(short), f"rounds={ROUNDS}"]],
+        )
+    proc = resumed
     assert proc.returncode == 0, proc.stderr
     assert f"resuming {cut} after round {CUT}" in proc.stdout
     assert "round    1/" not in proc.stdout and f"round    {CUT + 1}/{ROUNDS}" in proc.stdout
@@ -133,26 +148,10 @@ def test_resumed_server_run_matches_an_uninterrupted_one(tmp_path, fmnist_root, 
     before = checkpoint.load_rank(checkpoint.Checkpoint(cut, CUT, NP), 0)["wall_seconds"]
     assert 0 < before < summary["wall_seconds"] and "s in all, " in proc.stdout
 
-
-def test_a_finished_server_run_trained_longer_is_the_longer_run(tmp_path, fmnist_root):
-    """FedRep ends with a fine-tuning round after its last one: the checkpoint of the last
-    round is taken before it, so a finished run continues as if it had been asked for more.
-    (head_fedavg's server state comes back as in the resume test above; the extension's
-    own steps are the same for every server-based algorithm.)"""
-    cfg = _config(tmp_path, _fedrep(fmnist_root))
-    runs = tmp_path / "runs"
-    _run_together(
-        tmp_path,
-        [str(cfg), "output.name=short", "federated.rounds=2"],
-        [str(cfg), "output.name=long", "federated.rounds=3", "checkpoint.every=0"],
-    )
-    short, long = runs / "short", runs / "long"
-    proc = run_mpi(NP, ["-m", "fedsheaf", "run", "--resume", str(short), "rounds=3"], timeout=240)
+    # the finished run of 3 rounds trained longer: as if it had been asked for 6
+    proc = extended
     assert proc.returncode == 0, proc.stderr
-    assert f"extending the finished run {short} from 2 to 3 rounds" in proc.stdout
-    assert f"resuming {short} after round 2" in proc.stdout
-    assert untimed(read_metrics(short / "metrics.jsonl")) == untimed(
-        read_metrics(long / "metrics.jsonl")
-    )
-    summaries = [untimed(json.loads((d / "summary.json").read_text())) for d in (short, long)]
-    assert summaries[0] == summaries[1]
+    assert f"extending the finished run {short} from {CUT} to {ROUNDS} rounds" in proc.stdout
+    assert f"resuming {short} after round {CUT}" in proc.stdout
+    assert untimed(read_metrics(short / "metrics.jsonl")) == reference
+    assert untimed(json.loads((short / "summary.json").read_text())) == ref_summary
