@@ -8,6 +8,7 @@ Layout of a run directory::
     summary.json       final numbers, written once at the end
     summary.prev.json  while a finished run is trained longer: its earlier summary
     checkpoints/       see fedsheaf.checkpoint
+    .lock              held by the job writing into it (fedsheaf.run_lock)
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from fedsheaf import run_lock
 from fedsheaf.errors import ConfigError
 
 
@@ -154,7 +156,7 @@ def check_not_foreign(path: str | Path) -> None:
             f"run directory {path} would lie inside the run directory {outer}; "
             "choose an output.dir outside it"
         )
-    markers = ("config.yaml", "metrics.jsonl", "summary.json", "checkpoints")
+    markers = ("config.yaml", "metrics.jsonl", "summary.json", "checkpoints", run_lock.LOCK_FILE)
     if not path.is_dir() or any((path / m).exists() for m in markers):
         return
     held = sorted(p.name for p in path.iterdir())
@@ -265,9 +267,14 @@ def read_stop(path: Path) -> str | None:
 class RunDir:
     """The directory one run writes into (only rank 0 creates one)."""
 
-    def __init__(self, path: str | Path, overwrite: bool = False, extend: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, overwrite: bool = False, extend: bool = False, lock: bool = False
+    ) -> None:
         """``extend``: a finished run to be trained longer (its summary stays until
-        :func:`fedsheaf.runtime.launch.settle_config` sets it aside)."""
+        :func:`fedsheaf.runtime.launch.settle_config` sets it aside); ``lock``: take the
+        run directory's lock (:func:`fedsheaf.run_lock.hold`) before anything in it changes
+        (the job's one checking rank does; a hub run's agents' root writes under its
+        server's lock)."""
         self.path = Path(path)
         check_run_files(self.path)
         refuse_finished(self.path, overwrite, extend)
@@ -287,6 +294,8 @@ class RunDir:
                 f"cannot write into run directory {self.path}: {exc.strerror or exc}"
                 "; choose another output.dir"
             ) from None
+        if lock:
+            run_lock.hold(self.path)
         if overwrite:
             for name in (
                 "metrics.jsonl",

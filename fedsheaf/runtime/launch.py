@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fedsheaf import checkpoint, experiment
+from fedsheaf import checkpoint, experiment, run_lock
 from fedsheaf.algorithms import DECENTRALIZED
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
 from fedsheaf.config import ExperimentConfig, dump_config
@@ -32,6 +32,7 @@ from fedsheaf.results import (
     STOP_FILE,
     RunDir,
     atomic_write_text,
+    check_not_foreign,
 )
 from fedsheaf.resume import GRAPH_COPY, load_run_config
 from fedsheaf.runtime import stop_request
@@ -144,11 +145,16 @@ def run_decentralized(
 
 def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
     """Rank 0: the run directory, once :func:`~fedsheaf.preflight.check_run_dir` has
-    found nothing against it (with ``output.overwrite``, an earlier run's checkpoints go)."""
+    found nothing against it (with ``output.overwrite``, an earlier run's checkpoints go).
+    An existing directory is locked first, so that nothing is read while another job
+    writes into it; this rank holds the lock until its process ends."""
+    if path.is_dir():
+        check_not_foreign(path)  # no lock file is left in somebody else's directory
+        run_lock.hold(path)
     check_run_dir(cfg, path)
     if not cfg.checkpoint.resume and cfg.output.overwrite:
         checkpoint.check_fresh_start(path, True)
-    return RunDir(path, cfg.output.overwrite, extend=cfg.checkpoint.resume)
+    return RunDir(path, cfg.output.overwrite, extend=cfg.checkpoint.resume, lock=True)
 
 
 def settle_config(run_dir: RunDir, cfg: ExperimentConfig) -> None:

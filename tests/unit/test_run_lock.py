@@ -1,0 +1,58 @@
+"""One job per run directory: the lock a job's writing rank holds (fedsheaf.run_lock).
+
+Another process holds the lock here (a real one: flock locks belong to open files, so a
+second open in this process would not conflict with a first)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedsheaf import run_lock
+from fedsheaf.errors import ConfigError
+from fedsheaf.results import check_not_foreign
+
+HOLD = """
+import sys
+from fedsheaf import run_lock
+assert run_lock.hold(sys.argv[1])
+print("held", flush=True)
+sys.stdin.read()  # until the test closes our stdin
+"""
+
+
+def _holder(path: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_held_run_directory_is_refused_naming_its_holder_until_the_holder_ends(tmp_path):
+    other = _holder(tmp_path)
+    try:
+        with pytest.raises(ConfigError, match="is in use by another job") as refused:
+            run_lock.hold(tmp_path)
+        assert f"pid {other.pid} on " in str(refused.value)
+    finally:
+        other.communicate("", timeout=30)  # it ends: the kernel drops its lock
+    assert run_lock.hold(tmp_path) and run_lock.hold(tmp_path)  # taken; again: a no-op
+    assert run_lock.hold(tmp_path / ".")  # the same directory by another spelling
+    assert f"pid {os.getpid()} " in (tmp_path / run_lock.LOCK_FILE).read_text()
+
+
+def test_a_directory_holding_only_a_lock_is_a_run_directory_not_somebody_elses(tmp_path):
+    (tmp_path / run_lock.LOCK_FILE).write_text("pid 1 on elsewhere\n")
+    check_not_foreign(tmp_path)  # a run that stopped right after taking its lock
+    (tmp_path / run_lock.LOCK_FILE).unlink()
+    (tmp_path / "notes.txt").write_text("mine\n")
+    with pytest.raises(ConfigError, match="is not a fedsheaf run"):
+        check_not_foreign(tmp_path)
