@@ -282,6 +282,15 @@ def _method(raw: Any, where: str, owned: dict[str, str]) -> Method:
         {str(k): _list(v, f"{here}: grid {k}") for k, v in grid.items()},
         ranks,
     )
+    # a grid over the axis, the seed or output.* would silently replace the sweep's value
+    _check_not_owned([f"{k}=0" for k in method.grid], owned, f"{here}: grid")
+    for key, points in method.grid.items():
+        mapping = next((v for v in points if isinstance(v, dict)), None)
+        if mapping is not None:
+            raise ConfigError(
+                f"{here}: grid {key} lists the mapping {_yaml_value(mapping)}; grid values "
+                "are numbers, strings, booleans or lists (grid each key of a section instead)"
+            )
     _check_not_owned(method.overrides, {**owned, **_grid_owned([method])}, f"{here} 'set'")
     return method
 

@@ -1,6 +1,7 @@
 """`fedsheaf sweep`: expanding a study into runs (count, content, presets, errors)."""
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -300,6 +301,17 @@ def test_keys_the_sweep_sets_per_run_cannot_be_overridden(tmp_path, capsys):
     grid = [{"name": "sf", "set": {"agents": agents}, "grid": {"agents[1].lr": [0.1]}}]
     with pytest.raises(ConfigError, match=r"agents holds agents\[1\].lr, which is set by the"):
         expand(_study(tmp_path, methods=grid), write=False)
+    for key, words in (  # a grid over the sweep's own keys would replace them unseen
+        ("data.shift", "method sf: grid: data.shift is set by the sweep for each run; it is"),
+        ("seed", "method sf: grid: seed is set by the sweep for each run; list the seeds"),
+        ("output.name", "method sf: grid: output.name is set by the sweep for each run"),
+    ):
+        own = [{"name": "sf", "grid": {key: [1, 2]}}]
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            expand(_study(tmp_path, methods=own), write=False)
+    section = [{"name": "sf", "grid": {"train": [{"lr": 0.1}, {"lr": 0.2}]}}]
+    with pytest.raises(ConfigError, match=r"grid train lists the mapping \{lr: 0.1\}; grid"):
+        expand(_study(tmp_path, methods=section), write=False)
     # sections given whole that leave the sweep's keys alone pass
     fine = {"checkpoint": {"every": 2}, "data": {"limit": 50}, "output": {}}
     assert len(expand(_study(tmp_path, seeds=[0], set=fine), write=False).runs) == 12
