@@ -240,7 +240,18 @@ def watch(
     cfg = _read_config(run_dir)
     if cfg is None and once:
         raise ConfigError(f"{run_dir} is not a run directory (no config.yaml)")
+    if cfg is None and run_dir.is_dir():
+        print(
+            f"waiting for {run_dir / 'config.yaml'} (the job writes it before its first "
+            "epoch or round)",
+            file=out,
+            flush=True,
+        )
     while cfg is None:  # the job has not started, or not written its config yet
+        failure = read_failure(run_dir)
+        if failure is not None:  # it ended before its first epoch
+            print(_failed_line(failure), file=out, flush=True)
+            return 1
         time.sleep(interval)
         cfg = _read_config(run_dir)
     print(header(cfg, run_dir), file=out, flush=True)
@@ -276,8 +287,7 @@ def watch(
             print(finished_line(summary), file=out, flush=True)
             return 0
         if failure is not None:  # the job ended on an error: nothing more will come
-            where = f" on rank {failure['rank']}" if "rank" in failure else ""
-            print(f"failed{where}: {failure.get('error')}", file=out, flush=True)
+            print(_failed_line(failure), file=out, flush=True)
             return 1
         if stop is not None:  # nothing more until it is resumed (a requeued job, by hand)
             print(
@@ -301,6 +311,11 @@ def watch(
             )
         warned = quiet >= stall
         time.sleep(interval)
+
+
+def _failed_line(failure: dict[str, Any]) -> str:
+    where = f" on rank {failure['rank']}" if "rank" in failure else ""
+    return f"failed{where}: {failure.get('error')}"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -227,6 +227,25 @@ def test_follow_mode_waits_for_a_job_that_has_not_started(tmp_path):
     assert lines[2].startswith("epoch 1/1") and lines[-1].startswith("finished in")
 
 
+def test_follow_mode_says_what_it_waits_for_in_a_directory_without_a_config(tmp_path):
+    from fedsheaf.results import write_failure
+
+    path = tmp_path / "run"
+    path.mkdir()  # the job made its directory and has not yet written its config
+    out = StartsTheJob(lambda: make_decentralized(tmp_path, "run", epochs=1))
+    assert watch(path, interval=0.02, out=out) == 0
+    lines = out.getvalue().splitlines()
+    waiting = f"waiting for {path / 'config.yaml'} (the job writes it before its first epoch"
+    assert lines[0] == waiting + " or round)"
+    assert lines[-1].startswith("finished in")
+    early = tmp_path / "early"
+    early.mkdir()
+    write_failure(early, 2, "the pilot set is empty")  # it failed before its first epoch
+    out = io.StringIO()
+    assert watch(early, interval=0.02, out=out) == 1
+    assert out.getvalue().splitlines()[-1] == "failed on rank 2: the pilot set is empty"
+
+
 def test_a_stalled_run_says_when_it_last_wrote(tmp_path):
     path = make_decentralized(tmp_path, "run", epochs=3, finished=False)
     old = time.time() - 25 * 60
