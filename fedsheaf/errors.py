@@ -7,6 +7,7 @@ traceback; any other exception is a bug and aborts the whole MPI job.
 """
 
 import os
+from pathlib import Path
 
 
 class FedsheafError(Exception):
@@ -34,3 +35,14 @@ def relative_hint(path: str | os.PathLike[str]) -> str:
     if os.path.isabs(path):
         return ""
     return f" (relative to the current directory {os.getcwd()})"
+
+
+def refuse_blocked_path(path: str | os.PathLike[str], what: str) -> None:
+    """Refuse an output ``path`` whose nearest existing ancestor is not a directory
+    (``--out notes.txt/graph.yaml``): said before anything is written, not as the bare
+    ``File exists`` or ``Not a directory`` that creating it would raise."""
+    for parent in Path(path).absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(f"{what} {path}: {parent} is a file, not a directory")
+            return

@@ -22,7 +22,7 @@ import yaml
 
 from fedsheaf import graphs, presets, yamlio
 from fedsheaf.config import N_CLASSES, require_plain_name
-from fedsheaf.errors import ConfigError, GraphError
+from fedsheaf.errors import ConfigError, GraphError, refuse_blocked_path
 from fedsheaf.units import count
 
 KINDS = ("mnist15", "pair", "class-overlap", "ring", "complete", "erdos-renyi")
@@ -228,6 +228,7 @@ def _not_replaceable(path: Path) -> str | None:
 def _build(args: argparse.Namespace) -> int:
     graph, cmd = build_from_args(args)
     out = Path(args.out) if args.out else Path("graphs") / f"{graph.name}.yaml"
+    refuse_blocked_path(out, "--out")
     if out.is_dir():
         raise GraphError(f"--out {out} is a directory; give the graph file's name")
     if out.exists():

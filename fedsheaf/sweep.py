@@ -53,7 +53,7 @@ from fedsheaf.config import (
     override_leaves,
     read_yaml,
 )
-from fedsheaf.errors import ConfigError
+from fedsheaf.errors import ConfigError, refuse_blocked_path
 from fedsheaf.hostinfo import failed_to_start, launcher_template, launcher_words, local_launcher
 from fedsheaf.ranks import check_ranks, rank_range, ranks_needed
 from fedsheaf.results import atomic_write_json, atomic_write_text, is_run_dir, read_json_object
@@ -618,6 +618,7 @@ def emit(study: Study, path: Path, launcher: str = DEFAULT_LAUNCHER) -> Path:
 def check_emit_target(path: Path) -> None:
     """Refuse to write the command list over a file that is not one (a config, the study
     file, notes): only an earlier ``--emit`` output is replaced."""
+    refuse_blocked_path(path, "--emit")
     if not path.exists():
         return
     if path.is_dir():

@@ -9,7 +9,7 @@ import pytest
 
 from fedsheaf import graph_command
 from fedsheaf.cli import main
-from fedsheaf.errors import GraphError
+from fedsheaf.errors import ConfigError, GraphError
 from fedsheaf.graphs import Graph, load_graph
 from fedsheaf.presets import mnist15_graph, table3_pair_graph
 
@@ -171,6 +171,8 @@ def test_an_existing_different_file_is_kept_unless_force(
     assert config.read_text() == "name: quickstart\nagents: []\n"
     with pytest.raises(GraphError, match="is a directory; give the graph file's name"):
         cli("build", "pair", "--dim", "128", "--out", str(tmp_path), "--force")
+    with pytest.raises(ConfigError, match=f"{config} is a file, not a directory"):
+        cli("build", "pair", "--dim", "128", "--out", str(config / "pair.yaml"))
 
 
 @pytest.mark.parametrize(

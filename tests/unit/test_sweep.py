@@ -262,6 +262,10 @@ def test_emit_replaces_only_a_command_list(tmp_path, capsys):
         assert f"fedsheaf: error: --emit {target}: " in err
         assert before is None or target.read_bytes() == before
     assert not (tmp_path / "out" / "study.json").exists()  # refused before anything is written
+    assert cli.main(["sweep", str(study_file), "--emit", str(notes / "cmds.txt")]) == 2
+    err = capsys.readouterr().err
+    assert f"--emit {notes / 'cmds.txt'}: {notes} is a file, not a directory" in err
+    assert not (tmp_path / "out" / "study.json").exists()
     assert cli.main(["sweep", str(study_file), "--emit", str(cmds)]) == 0
     first = cmds.read_text()
     assert (
