@@ -600,12 +600,23 @@ def read_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Load, override and validate an experiment config."""
-    raw = apply_overrides(read_yaml(path), overrides or [])
+    """Load, override and validate an experiment config. An error about a key that an
+    override set names that override, not the file."""
+    overrides = overrides or []
+    raw = apply_overrides(read_yaml(path), overrides)
     try:
         return build(ExperimentConfig, raw)
     except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        message = str(exc)
+        culprit = next(
+            (
+                f"override '{text}'"
+                for text in reversed(overrides)  # the last one to set a key is the one used
+                if any(f"'{leaf}'" in message for leaf in override_leaves(text))
+            ),
+            str(path),
+        )
+        raise ConfigError(f"{culprit}: {message}") from None
 
 
 def flat_keys(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -138,7 +138,7 @@ def _check_range(value: Any, meta: Mapping[str, Any], key: str) -> None:
 
 def build(cls: type[T], data: Any, prefix: str = "") -> T:
     """Build dataclass ``cls`` from mapping ``data``, validating every key."""
-    where = prefix or "the config"
+    where = f"config key '{prefix}'" if prefix else "the config"
     if data is None:
         data = {}
     if not isinstance(data, Mapping):

@@ -147,7 +147,7 @@ def test_bad_overrides_are_config_errors(override, message):
         ("agents[0].encoder=[]", "config key 'agents[0].encoder' needs at least one width"),
         ("agents[0].classes=[3, 12]", "'agents[0].classes' has class ids [12] outside 0..9"),
         ("train.optimizer=rmsprop", "config key 'train.optimizer' must be one of sgd, nesterov"),
-        ("data=5", "data must be a mapping of keys to values, got 5"),
+        ("data=5", "config key 'data' must be a mapping of keys to values, got 5"),
         ("checkpoint.every=-1", "config key 'checkpoint.every' must be >= 0"),
         ("checkpoint.keep=0", "config key 'checkpoint.keep' must be >= 1"),
         ("checkpoint.resume=maybe", "config key 'checkpoint.resume' must be true/false"),
@@ -159,7 +159,21 @@ def test_bad_values_name_the_key(override, message):
     with pytest.raises(ConfigError) as err:
         load_config(QUICK, [override])
     assert message in str(err.value)
-    assert str(err.value).startswith(f"{QUICK}: ")
+    assert str(err.value).startswith(f"override '{override}': ")
+
+
+def test_an_error_names_the_override_that_set_the_key_else_the_file(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(QUICK, ["seed=1", "batch_size=abc", "train.lr=0.5"])
+    assert str(err.value).startswith("override 'batch_size=abc': config key 'train.batch_size'")
+    with pytest.raises(ConfigError) as err:  # the last override of a key is the one used
+        load_config(QUICK, ["train.batch_size=8", "train={batch_size: 0}"])
+    assert str(err.value).startswith("override 'train={batch_size: 0}': config key")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(Path(QUICK).read_text().replace("seed: 0", "seed: zero"))
+    with pytest.raises(ConfigError) as err:  # the file's own mistake, overrides elsewhere
+        load_config(bad, ["train.lr=0.5"])
+    assert str(err.value).startswith(f"{bad}: config key 'seed' must be an integer")
 
 
 def test_resume_excludes_overwrite_and_every_algorithm_can_resume():

@@ -80,7 +80,7 @@ def test_values_convert_and_nest():
         ({"name": "x", "sizes": 3}, "config key 'sizes' must be a list, got 3"),
         ({"name": "x", "sizes": [1, "b"]}, "config key 'sizes[1]' must be an integer"),
         ({"name": "x", "sizes": [1, 0]}, "config key 'sizes' must be >= 1, got 0"),
-        ({"name": "x", "inner": 5}, "inner must be a mapping of keys to values, got 5"),
+        ({"name": "x", "inner": 5}, "config key 'inner' must be a mapping of keys to values"),
         ({"name": "x", "inner": {"width": 0}}, "config key 'inner.width' must be >= 1"),
         ({"name": "forbidden"}, "config key 'name' may not be 'forbidden'"),
         ([1, 2], "the config must be a mapping"),
