@@ -146,24 +146,45 @@ def manifest_ranks(run_dir: str | Path) -> int | None:
     return None if manifest is None else int(manifest["n_ranks"])
 
 
-def commit(run_dir: str | Path, epoch: int, n_ranks: int, keep: int = 2) -> Checkpoint:
+def commit(
+    run_dir: str | Path,
+    epoch: int,
+    n_ranks: int,
+    keep: int = 2,
+    experiment: dict[str, Any] | None = None,
+) -> Checkpoint:
     """Record ``epoch`` as complete (call once every rank has saved) and prune old ones.
 
     The manifest is replaced atomically, then checkpoint folders that are neither
     among the ``keep`` newest listed epochs nor newer than ``epoch`` are deleted.
+    ``experiment``: the settings the checkpoints were written under
+    (:func:`fedsheaf.resume.experiment_keys`), for :func:`recorded_experiment`.
     """
     manifest = _read_manifest(run_dir)
     previous = manifest["epochs"] if manifest else []
     epochs = sorted({e for e in previous if e < epoch} | {epoch})[-keep:]
-    atomic_write_json(
-        checkpoints_dir(run_dir) / MANIFEST,
-        {"format": FORMAT, "epoch": epoch, "n_ranks": n_ranks, "epochs": epochs},
-    )
+    record: dict[str, Any] = {
+        "format": FORMAT,
+        "epoch": epoch,
+        "n_ranks": n_ranks,
+        "epochs": epochs,
+    }
+    if experiment is not None:
+        record["experiment"] = experiment
+    atomic_write_json(checkpoints_dir(run_dir) / MANIFEST, record)
     for folder in checkpoints_dir(run_dir).glob("epoch-*"):
         number = _epoch_of(folder)
         if number is not None and number not in epochs and number <= epoch:
             shutil.rmtree(folder, ignore_errors=True)
     return Checkpoint(Path(run_dir), epoch, n_ranks)
+
+
+def recorded_experiment(run_dir: str | Path) -> dict[str, Any] | None:
+    """The settings the newest checkpoints were written under (None: none recorded, as in
+    checkpoints from before fedsheaf recorded them)."""
+    manifest = _read_manifest(run_dir)
+    found = manifest.get("experiment") if manifest else None
+    return found if isinstance(found, dict) else None
 
 
 def forget_after(run_dir: str | Path, epoch: int) -> None:

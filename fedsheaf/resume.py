@@ -8,10 +8,12 @@ else would mix two experiments in one run.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
 
+from fedsheaf import checkpoint
 from fedsheaf.config import (
     SERVER_BASED,
     ExperimentConfig,
@@ -126,6 +128,30 @@ def resume_changes(
     return changes
 
 
+def experiment_keys(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The settings of ``cfg`` that a resume may not change, as JSON values by dotted key:
+    what checkpoints record (:func:`fedsheaf.checkpoint.commit`), so that a resume can
+    tell an edited ``config.yaml``. The graph's path is left out (a resume may name the
+    same graph elsewhere; :data:`GRAPH_COPY` checks the graph itself)."""
+    flat = flat_keys(cfg.to_dict())
+    kept = {k: v for k, v in flat.items() if k != "graph" and not _resumable(k)}
+    return json.loads(json.dumps(kept))
+
+
+def edited_since_checkpoint(run_dir: Path, cfg: ExperimentConfig) -> list[str]:
+    """``key (recorded -> now)`` for every setting ``cfg`` gives otherwise than the
+    newest checkpoints of ``run_dir`` were written under (none recorded: nothing)."""
+    recorded = checkpoint.recorded_experiment(run_dir)
+    if recorded is None:
+        return []
+    now = experiment_keys(cfg)
+    return [
+        f"{key} ({recorded[key]!r} -> {now[key]!r})"
+        for key in sorted(recorded)
+        if key in now and now[key] != recorded[key]
+    ]
+
+
 def same_graph(a: str | Path, b: str | Path) -> bool:
     """Whether two graph files hold the same graph (nodes, dims, classes, edges; comments,
     layout and name aside); False when either cannot be read."""
@@ -181,5 +207,12 @@ def check_resume(run_dir: Path, cfg: ExperimentConfig) -> ExperimentConfig:
             f"cannot resume {run_dir} with a different experiment: {'; '.join(changes)}. "
             f"A resumed run may change only {allowed}; start a new run (another "
             "output.name) to change the others"
+        )
+    edited = edited_since_checkpoint(run_dir, cfg)
+    if edited:
+        raise ConfigError(
+            f"cannot resume {run_dir}: its checkpoints were written under other settings "
+            f"than its config.yaml now gives (was it edited?): {'; '.join(edited)}. Restore "
+            "config.yaml (what a resume may change is given as overrides on the resume)"
         )
     return saved

@@ -34,7 +34,7 @@ from fedsheaf.results import (
     atomic_write_text,
     check_not_foreign,
 )
-from fedsheaf.resume import GRAPH_COPY, load_run_config
+from fedsheaf.resume import GRAPH_COPY, experiment_keys, load_run_config
 from fedsheaf.runtime import stop_request
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import (
@@ -265,6 +265,7 @@ def checkpointer(
     every rank, unless this was the last epoch (round) anyway.
     """
     every, keep, last = cfg.checkpoint.every, cfg.checkpoint.keep, run_length(cfg)[0]
+    experiment = experiment_keys(cfg)
 
     def save(done: int) -> None:
         stop = job.any(stop_request.requested()) and done < last
@@ -273,7 +274,7 @@ def checkpointer(
         checkpoint.save_rank(run_path, done, job.rank, state())
         job.barrier()  # every rank's file is on disk before the manifest names it
         if job.is_root:
-            checkpoint.commit(run_path, done, job.size, keep)
+            checkpoint.commit(run_path, done, job.size, keep, experiment)
         if stop:
             if job.is_root:
                 length, unit, _ = run_length(cfg)

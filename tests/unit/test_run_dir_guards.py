@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from fedsheaf import checkpoint
 from fedsheaf.config import dump_config, load_config
 from fedsheaf.errors import ConfigError, relative_hint
 from fedsheaf.results import RunDir, check_not_foreign
-from fedsheaf.resume import resume_changes
+from fedsheaf.resume import check_resume, experiment_keys, resume_changes, resume_config
 
 QUICK = "configs/quickstart.yaml"
 
@@ -92,6 +93,21 @@ def test_resume_may_change_length_places_and_step_size_only(tmp_path):
     copy.write_text(open(saved.graph).read().replace("  - [0, 2]\n", ""))  # an edge less
     assert resume_changes(saved, load_config(QUICK, [f"graph={copy}"]))[0].startswith("graph (")
     assert "seed: 0" in dump_config(saved)
+
+
+def test_a_config_yaml_edited_after_its_checkpoints_is_refused_on_resume(tmp_path):
+    run = tmp_path / "run"
+    written = load_config(QUICK, ["train.epochs=4"])
+    RunDir(run).write_config(dump_config(written))
+    checkpoint.commit(run, 2, 4, experiment=experiment_keys(written))
+    resumed = load_config(QUICK, ["train.epochs=8", "checkpoint.every=2", "train.lr=0.01"])
+    assert check_resume(run, resumed) is not None  # overrides a resume allows
+    edited = (run / "config.yaml").read_text().replace("lam: 0.3", "lam: 0.9")
+    (run / "config.yaml").write_text(edited)  # by hand, between two launches
+    with pytest.raises(ConfigError, match=r"was it edited\?\): sheaf.lam \(0.3 -> 0.9\)"):
+        check_resume(run, resume_config(run))
+    checkpoint.commit(run, 2, 4)  # checkpoints that recorded nothing: nothing to compare
+    assert check_resume(run, resume_config(run)).sheaf.lam == 0.9
 
 
 def test_relative_hint():
