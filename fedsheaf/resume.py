@@ -22,7 +22,7 @@ from fedsheaf.config import (
     override_leaves,
     read_yaml,
 )
-from fedsheaf.errors import ConfigError, GraphError
+from fedsheaf.errors import ConfigError, GraphError, relative_hint
 from fedsheaf.graphs import load_graph
 from fedsheaf.schema import build
 
@@ -65,9 +65,17 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ex
     raw["output"].update(dir=str(path.resolve().parent), name=path.resolve().name, overwrite=False)
     raw["checkpoint"]["resume"] = True
     try:
-        return build(ExperimentConfig, raw)
+        cfg = build(ExperimentConfig, raw)
     except ConfigError as exc:
         raise ConfigError(f"{path / 'config.yaml'}: {exc}") from None
+    copy = path / GRAPH_COPY
+    if cfg.graph and not Path(cfg.graph).exists() and copy.is_file():  # resumed elsewhere
+        raise ConfigError(
+            f"cannot resume {path}: its graph file {cfg.graph} does not exist"
+            f"{relative_hint(cfg.graph)}; the run keeps a copy of its graph: add "
+            f"graph={copy}"
+        )
+    return cfg
 
 
 #: What a resumed run may change: its length, evaluation cadence, checkpointing, where

@@ -140,6 +140,7 @@ def test_resume_guards_and_fallback(runs, capsys, monkeypatch):
     monkeypatch.chdir(away)
     line = _checked(capsys, "--resume", str(cut), "train.epochs=4")
     assert f"graphs/quick4.yaml does not exist (relative to the current directory {away})" in line
+    assert line.endswith(f"the run keeps a copy of its graph: add graph={cut / 'graph.yaml'}")
     # the same relative path naming another graph there: refused, the run's copy offered
     (away / "graphs").mkdir()
     ring = (REPO / "graphs/quick4.yaml").read_text().replace("  - [0, 2]\n", "")

@@ -11,6 +11,7 @@ from fedsheaf.config import dump_config, load_config
 from fedsheaf.errors import ConfigError, relative_hint
 from fedsheaf.results import RunDir, check_not_foreign
 from fedsheaf.resume import check_resume, experiment_keys, resume_changes, resume_config
+from tests.conftest import REPO
 
 QUICK = "configs/quickstart.yaml"
 
@@ -108,6 +109,19 @@ def test_a_config_yaml_edited_after_its_checkpoints_is_refused_on_resume(tmp_pat
         check_resume(run, resume_config(run))
     checkpoint.commit(run, 2, 4)  # checkpoints that recorded nothing: nothing to compare
     assert check_resume(run, resume_config(run)).sheaf.lam == 0.9
+
+
+def test_resumed_from_another_directory_a_relative_graph_path_points_at_the_copy(
+    tmp_path, monkeypatch
+):
+    run = tmp_path / "run"
+    cfg = load_config(QUICK)  # graph: graphs/quick4.yaml, relative to the checkout
+    RunDir(run).write_config(dump_config(cfg))
+    (run / "graph.yaml").write_text((REPO / cfg.graph).read_text())
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=f"add graph={run / 'graph.yaml'}$"):
+        resume_config(run)
+    assert resume_config(run, [f"graph={run / 'graph.yaml'}"]).graph == str(run / "graph.yaml")
 
 
 def test_relative_hint():
