@@ -33,6 +33,7 @@ from fedsheaf.results import (
     RunDir,
     atomic_write_text,
     check_not_foreign,
+    check_run_files,
 )
 from fedsheaf.resume import GRAPH_COPY, experiment_keys, load_run_config
 from fedsheaf.runtime import stop_request
@@ -149,7 +150,9 @@ def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
     An existing directory is locked first, so that nothing is read while another job
     writes into it; this rank holds the lock until its process ends."""
     if path.is_dir():
-        check_not_foreign(path)  # no lock file is left in somebody else's directory
+        # refusals that read nothing a job writes come first: they leave no lock file
+        check_not_foreign(path)
+        check_run_files(path)
         run_lock.hold(path)
     check_run_dir(cfg, path)
     if not cfg.checkpoint.resume and cfg.output.overwrite:
