@@ -607,16 +607,20 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     try:
         return build(ExperimentConfig, raw)
     except ConfigError as exc:
-        message = str(exc)
-        culprit = next(
-            (
-                f"override '{text}'"
-                for text in reversed(overrides)  # the last one to set a key is the one used
-                if any(f"'{leaf}'" in message for leaf in override_leaves(text))
-            ),
-            str(path),
-        )
-        raise ConfigError(f"{culprit}: {message}") from None
+        raise ConfigError(f"{error_source(str(exc), overrides, str(path))}: {exc}") from None
+
+
+def error_source(message: str, overrides: list[str], file: str) -> str:
+    """Where a config error ``message`` comes from: ``override 'k=v'`` for the last
+    override that set a key the message names, else ``file``."""
+    return next(
+        (
+            f"override '{text}'"
+            for text in reversed(overrides)  # the last one to set a key is the one used
+            if any(f"'{leaf}'" in message for leaf in override_leaves(text))
+        ),
+        file,
+    )
 
 
 def flat_keys(tree: Any, prefix: str = "") -> dict[str, Any]:

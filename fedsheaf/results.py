@@ -8,7 +8,7 @@ Layout of a run directory::
     summary.json       final numbers, written once at the end
     summary.prev.json  while a finished run is trained longer: its earlier summary
     checkpoints/       see fedsheaf.checkpoint
-    .lock              held by the job writing into it (fedsheaf.run_lock)
+    .fedsheaf.lock     held by the job writing into it (fedsheaf.run_lock)
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from fedsheaf.config import (
     SERVER_BASED,
     ExperimentConfig,
     apply_overrides,
+    error_source,
     flat_keys,
     override_leaves,
     read_yaml,
@@ -67,7 +68,8 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ex
     try:
         cfg = build(ExperimentConfig, raw)
     except ConfigError as exc:
-        raise ConfigError(f"{path / 'config.yaml'}: {exc}") from None
+        where = error_source(str(exc), overrides or [], str(path / "config.yaml"))
+        raise ConfigError(f"{where}: {exc}") from None
     copy = path / GRAPH_COPY
     if cfg.graph and not Path(cfg.graph).exists() and copy.is_file():  # resumed elsewhere
         raise ConfigError(

@@ -3,12 +3,15 @@
 Two jobs writing into one run directory (a resume started while the run still trains,
 two launches of the same run at once) would interleave their metrics and checkpoints
 without any error. The rank that opens the run directory therefore takes an exclusive
-``flock`` on ``RUN_DIR/.lock`` and keeps it until its process ends; the kernel drops it
-when the process dies, however it dies, so no lock outlives its job. The file itself stays
-and names the last holder (host, pid, SLURM job, time), which the refusal quotes.
+``flock`` on ``RUN_DIR/.fedsheaf.lock`` and keeps it until its process ends; the kernel
+drops it when the process dies, however it dies. The file itself stays and names the
+last holder (host, pid, SLURM job, time), which the refusal quotes.
 
-On a file system without working ``flock`` (Lustre mounted without ``flock``, some NFS
-set-ups) nothing is locked and :func:`hold` says so once.
+Limits: on a file system without working ``flock`` (Lustre mounted without ``flock``,
+some NFS set-ups) nothing is locked and :func:`hold` says so once; where locks are
+kept per node (Lustre ``localflock``, NFS ``local_lock``) only jobs on the same node
+are kept apart; and NFS keeps a crashed node's lock until that node restarts (removing
+the lock file then lets a new job in).
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ from pathlib import Path
 
 from fedsheaf.errors import ConfigError
 
-LOCK_FILE = ".lock"
+LOCK_FILE = ".fedsheaf.lock"
 
 #: path (resolved) -> open descriptor holding its lock, for the life of this process
 _HELD: dict[Path, int] = {}
+#: directories whose file system cannot lock (said once)
+_UNLOCKABLE: set[Path] = set()
 
 _NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
 
@@ -33,8 +38,10 @@ _NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
 def hold(run_dir: str | Path) -> bool:
     """Take the lock on the existing directory ``run_dir`` for the rest of this process.
 
-    Returns whether it is held (False where the file system cannot lock; a note says
-    so). Taking a lock this process already holds does nothing.
+    Returns whether it is held. False where the file system cannot lock (a note says
+    so, once) or where no lock file can be opened (a directory this user may not write:
+    the run directory's own checks then refuse it with their reason). Taking a lock this
+    process already holds does nothing.
 
     Raises
     ------
@@ -44,11 +51,12 @@ def hold(run_dir: str | Path) -> bool:
     path = Path(run_dir).resolve()
     if path in _HELD:
         return True
+    if path in _UNLOCKABLE:
+        return False
     lock_path = path / LOCK_FILE
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise ConfigError(f"cannot create {lock_path}: {exc.strerror or exc}") from None
+    fd = _open(lock_path)
+    if fd is None:
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -56,32 +64,47 @@ def hold(run_dir: str | Path) -> bool:
         os.close(fd)
         raise ConfigError(
             f"run directory {path} is in use by another job ({holder or 'holder unknown'}); "
-            "wait for it to end (or stop it) before resuming or overwriting this run"
+            "wait for it to end (or stop it) before resuming or overwriting this run. If "
+            f"no such job runs any more (its node crashed), remove {lock_path}"
         ) from None
     except OSError as exc:
         os.close(fd)
         if exc.errno not in _NO_LOCKS:
             raise ConfigError(f"cannot lock {lock_path}: {exc.strerror or exc}") from None
+        _UNLOCKABLE.add(path)
         print(
             f"fedsheaf: note: the file system of {path} cannot lock files, so nothing "
             "stops a second job from writing into this run at the same time",
             flush=True,
         )
         return False
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, _holder().encode(), 0)
+    try:  # who holds it, for a refused job's message; the lock holds without it
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, _holder().encode(), 0)
+    except OSError:
+        pass
     _HELD[path] = fd
     return True
+
+
+def _open(lock_path: Path) -> int | None:
+    """A descriptor on the lock file (made if missing; its mode follows the umask), read
+    only where it may not be written (flock needs no write access); None if neither."""
+    try:
+        return os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        pass
+    try:
+        return os.open(lock_path, os.O_RDONLY)
+    except OSError:
+        return None
 
 
 def _holder() -> str:
     job = os.environ.get("SLURM_JOB_ID")
     since = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    return (
-        f"pid {os.getpid()} on {socket.gethostname()}"
-        + (f", SLURM job {job}" if job else "")
-        + f", since {since}"
-    )
+    where = f"pid {os.getpid()} on {socket.gethostname()}"
+    return where + (f", SLURM job {job}" if job else "") + f", since {since}"
 
 
 def _read(fd: int) -> str:

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from fedsheaf.results import read_metrics
+from fedsheaf.run_lock import LOCK_FILE
 from tests.conftest import BackgroundMpi, run_mpi
 
 pytestmark = pytest.mark.mpi
@@ -47,10 +48,12 @@ def test_a_second_job_on_a_training_run_is_refused_and_the_lock_dies_with_its_jo
             assert first.poll() is None, first.output()
             assert time.monotonic() < deadline, "the first job wrote no checkpoint"
             time.sleep(0.05)
+        holder = (run / LOCK_FILE).read_text().strip()  # the first job's writing rank
+        assert holder.startswith("pid ") and ", since " in holder, holder
         for extra in (["--resume", str(run)], [str(config), "output.overwrite=true"]):
             second = run_mpi(2, ["-m", "fedsheaf", "run", *extra])
             assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr
-            assert second.stderr.count(REFUSAL) == 1 and f"pid {first.pid}" not in second.stderr
+            assert second.stderr.count(REFUSAL) == 1 and f"({holder})" in second.stderr
             assert first.poll() is None, first.output()  # the first job trains on
         assert (run / "metrics.jsonl").is_file() and (run / "checkpoints").is_dir()
     finally:

@@ -122,6 +122,9 @@ def test_resumed_from_another_directory_a_relative_graph_path_points_at_the_copy
     with pytest.raises(ConfigError, match=f"add graph={run / 'graph.yaml'}$"):
         resume_config(run)
     assert resume_config(run, [f"graph={run / 'graph.yaml'}"]).graph == str(run / "graph.yaml")
+    with pytest.raises(ConfigError) as err:  # the resume's own mistake, not the file's
+        resume_config(run, ["train.epochs=0"])
+    assert str(err.value).startswith("override 'train.epochs=0': config key 'train.epochs'")
 
 
 def test_relative_hint():

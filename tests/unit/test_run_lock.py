@@ -1,7 +1,7 @@
 """One job per run directory: the lock a job's writing rank holds (fedsheaf.run_lock).
 
-Another process holds the lock here (a real one: flock locks belong to open files, so a
-second open in this process would not conflict with a first)."""
+Another process holds the lock here: a real job is another process (within one process
+two opens of the file would conflict too, which is why a process keeps its one lock)."""
 
 from __future__ import annotations
 
