@@ -277,12 +277,40 @@ def _action(cfg: ExperimentConfig, n_ranks: int) -> str:
         if not held:
             return f"would write a new run in {path} (nothing to resume there yet)"
         return f"would start {path} again from {unit} 1 (it holds no complete checkpoint)"
-    if unit == "epoch" and found[0].epoch == length:  # as load_latest would
+    chosen, problems = first_readable(found)
+    if chosen is None:  # as load_latest says it
+        raise checkpoint.CheckpointError(
+            f"cannot resume {path}: no checkpoint can be read ({problems[0]}); "
+            "start over with output.overwrite=true"
+        )
+    if unit == "epoch" and chosen.epoch == length:  # as load_latest would
         # (the job reads the checkpoint's copy of these records)
         metrics = path / "metrics.jsonl"
         records = read_metrics(metrics) if metrics.is_file() else []
         refuse_unevaluated_end(
-            path, [r for r in records if r.get("epoch", 0) <= found[0].epoch], found[0].epoch
+            path, [r for r in records if r.get("epoch", 0) <= chosen.epoch], chosen.epoch
         )
     how = "extend the finished run" if (path / "summary.json").exists() else "resume"
-    return f"would {how} {path} after {unit} {found[0].epoch}"
+    skipped = (
+        f" (the checkpoint after {unit} {found[0].epoch} cannot be used: {problems[0]})"
+        if problems
+        else ""
+    )
+    return f"would {how} {path} after {unit} {chosen.epoch}{skipped}"
+
+
+def first_readable(
+    found: list[checkpoint.Checkpoint],
+) -> tuple[checkpoint.Checkpoint | None, list[str]]:
+    """The newest of ``found`` whose every rank file loads (as a resumed job reads them,
+    in one process), and why each newer one cannot be used."""
+    problems: list[str] = []
+    for ckpt in found:
+        try:
+            for rank in range(ckpt.n_ranks):
+                checkpoint.load_rank(ckpt, rank)
+        except checkpoint.CheckpointError as exc:
+            problems.append(str(exc))
+            continue
+        return ckpt, problems
+    return None, problems

@@ -23,7 +23,7 @@ def check(capsys, *argv: str) -> tuple[int, str, str]:
 
 def checkpointed(run, config: str, overrides: list[str], after: int, ranks: int) -> None:
     """Give ``run`` the resolved config and a complete checkpoint after ``after``, written
-    by ``ranks`` ranks (the files a job leaves; their contents are not read by check)."""
+    by ``ranks`` ranks (files a job could read; their states hold nothing else)."""
     (run / "config.yaml").write_text(dump_config(run_config(config, overrides, None)))
     for rank in range(ranks):
         checkpoint.save_rank(run, after, rank, {})
@@ -156,6 +156,24 @@ def test_the_run_directory_is_checked_as_the_job_would(capsys, out_dir):
     assert "report epoch 1's accuracies as the final ones" in err
     code, _, err = check(capsys, "--resume", str(run), "sheaf.lam=0.5")
     assert code == 2 and "cannot resume" in err and "sheaf.lam" in err
+    # checkpoint files it cannot read: the one before, or none, as the job would
+    checkpointed(run, QUICK, [f"output.dir={out_dir}", "train.epochs=3"], after=1, ranks=4)
+    checkpointed(run, QUICK, [f"output.dir={out_dir}", "train.epochs=3"], after=2, ranks=4)
+    (run / "metrics.jsonl").write_text('{"epoch": 1}\n{"epoch": 2}\n')
+    newest = checkpoint.rank_file(run, 2, 3)
+    newest.write_bytes(newest.read_bytes()[:40])  # a copy cut short
+    code, out, err = check(capsys, "--resume", str(run))
+    assert code == 0, err
+    last = out.splitlines()[-1]
+    assert last.startswith(
+        f"fedsheaf check: would resume {run} after epoch 1 (the checkpoint after epoch 2 "
+        f"cannot be used: checkpoint file {newest} cannot be read: it is damaged or truncated"
+    ) and last.endswith(")"), last
+    older = checkpoint.rank_file(run, 1, 0)
+    older.write_bytes(b"not a checkpoint")
+    code, _, err = check(capsys, "--resume", str(run))
+    assert code == 2 and f"cannot resume {run}: no checkpoint can be read (checkpoint " in err
+    checkpointed(run, QUICK, [f"output.dir={out_dir}", "train.epochs=3"], after=2, ranks=4)
 
     (run / "summary.json").write_text(json.dumps({"private_acc": 0.5}))
     code, out, err = check(capsys, "--resume", str(run))
