@@ -234,6 +234,15 @@ def latest(run_dir: str | Path, n_ranks: int) -> Checkpoint | None:
     return found[0] if found else None
 
 
+def none_readable(run_dir: str | Path, problem: str) -> CheckpointError:
+    """The refusal of a resume whose every complete checkpoint has a file that cannot be
+    read (``problem``: the newest one's reason)."""
+    return CheckpointError(
+        f"cannot resume {run_dir}: no checkpoint can be read ({problem}); "
+        "start over with output.overwrite=true"
+    )
+
+
 def _torch_reason(exc: Exception) -> str:
     """The first line of what torch said, without its advice to load the file unsafely."""
     lines = str(exc).strip().splitlines()

@@ -279,10 +279,7 @@ def _action(cfg: ExperimentConfig, n_ranks: int) -> str:
         return f"would start {path} again from {unit} 1 (it holds no complete checkpoint)"
     chosen, problems = first_readable(found)
     if chosen is None:  # as load_latest says it
-        raise checkpoint.CheckpointError(
-            f"cannot resume {path}: no checkpoint can be read ({problems[0]}); "
-            "start over with output.overwrite=true"
-        )
+        raise checkpoint.none_readable(path, problems[0])
     if unit == "epoch" and chosen.epoch == length:  # as load_latest would
         # (the job reads the checkpoint's copy of these records)
         metrics = path / "metrics.jsonl"

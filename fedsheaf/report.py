@@ -360,39 +360,48 @@ def _hyper(hyper: tuple[tuple[str, Any], ...]) -> str:
     )
 
 
+def _md_table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _md_cells(r: Row, point: str, score: str) -> list[str]:
+    """One table row: the setting, ``point`` (the grid point), seeds, ``score``, metrics."""
+    dim = "het." if r.dim is None else str(r.dim)
+    metrics = [_pm(r.mean[m], r.std[m]) for m in METRICS]
+    return [r.method, f"{r.shift:g}", dim, point, str(r.seeds), score, *metrics]
+
+
 def markdown(rows: list[Row]) -> str:
     head = ["method", "s", "d", "selected", "seeds", "val. score", *METRIC_TITLES.values()]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        cells = [
-            r.method,
-            f"{r.shift:g}",
-            "het." if r.dim is None else str(r.dim),
-            _hyper(r.hyper) + (f" (of {r.candidates})" if r.hyper else ""),
-            str(r.seeds),
-            f"{r.score_val:.3f}",
-            *(_pm(r.mean[m], r.std[m]) for m in METRICS),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return _md_table(
+        head,
+        [
+            _md_cells(
+                r,
+                _hyper(r.hyper) + (f" (of {r.candidates})" if r.hyper else ""),
+                f"{r.score_val:.3f}",
+            )
+            for r in rows
+        ],
+    )
 
 
 def grid_markdown(points: list[tuple[Row, bool]]) -> str:
     head = ["method", "s", "d", "grid point", "seeds", "val. score", *METRIC_TITLES.values()]
-    lines = ["| " + " | ".join([*head, "selected"]) + " |", "|" + "---|" * (len(head) + 1)]
-    for r, chosen in points:
-        cells = [
-            r.method,
-            f"{r.shift:g}",
-            "het." if r.dim is None else str(r.dim),
-            _hyper(r.hyper),
-            str(r.seeds),
-            "–" if math.isinf(r.score_val) else f"{r.score_val:.3f}",
-            *(_pm(r.mean[m], r.std[m]) for m in METRICS),
-            "✓" if chosen else "",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return _md_table(
+        [*head, "selected"],
+        [
+            [
+                *_md_cells(
+                    r, _hyper(r.hyper), "–" if math.isinf(r.score_val) else f"{r.score_val:.3f}"
+                ),
+                "✓" if chosen else "",
+            ]
+            for r, chosen in points
+        ],
+    )
 
 
 def grid_csv(points: list[tuple[Row, bool]]) -> str:

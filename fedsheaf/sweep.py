@@ -327,7 +327,7 @@ def _ranks(
     if key not in known:
         known[key] = ranks_needed(cfg)
     (lo, hi), n = known[key], method.ranks
-    needed = rank_range((lo, hi))
+    needed = rank_range(known[key])
     graph_run = cfg.decentralized or cfg.hub_based
     if n is None and lo == hi:  # a graph run, or a server and a single client
         return lo

@@ -224,10 +224,7 @@ def load_latest(job: World, cfg: ExperimentConfig, run_path: Path) -> Loaded:
     if problems:
 
         def unreadable() -> None:
-            raise checkpoint.CheckpointError(
-                f"cannot resume {run_path}: no checkpoint can be read ({problems[0]}); "
-                "start over with output.overwrite=true"
-            )
+            raise checkpoint.none_readable(run_path, problems[0])
 
         job.agree(unreadable if job.is_root else lambda: None)
     return None, None
