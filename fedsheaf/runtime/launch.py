@@ -16,6 +16,7 @@ from fedsheaf.data.partition import Partition
 from fedsheaf.data.sources import Dataset
 from fedsheaf.errors import FedsheafError
 from fedsheaf.preflight import (
+    check_creatable,
     check_run_dir,
     describe_graph_run,
     finished_note,
@@ -144,9 +145,11 @@ def run_decentralized(
     return summary
 
 
-def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
-    """Rank 0: the run directory, once :func:`~fedsheaf.preflight.check_run_dir` has
-    found nothing against it (with ``output.overwrite``, an earlier run's checkpoints go).
+def claim_run_dir(cfg: ExperimentConfig, path: Path) -> None:
+    """Rank 0: refuse what :func:`open_run_dir` would refuse, changing nothing but the
+    lock. ``main`` calls it before the data are loaded (minutes, for a large data set),
+    so that a run directory in use, unfinished or not writable is refused at once.
+
     An existing directory is locked first, so that nothing is read while another job
     writes into it; this rank holds the lock until its process ends."""
     if path.is_dir():
@@ -155,6 +158,13 @@ def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
         check_run_files(path)
         run_lock.hold(path)
     check_run_dir(cfg, path)
+    check_creatable(path)
+
+
+def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
+    """Rank 0: the run directory, once :func:`claim_run_dir` has found nothing against
+    it (with ``output.overwrite``, an earlier run's checkpoints go)."""
+    claim_run_dir(cfg, path)  # again: the directory may have appeared since
     if not cfg.checkpoint.resume and cfg.output.overwrite:
         checkpoint.check_fresh_start(path, True)
     return RunDir(path, cfg.output.overwrite, extend=cfg.checkpoint.resume, lock=True)
@@ -305,6 +315,8 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
     if note is not None:
         world.log(note)
         return 0
+    run_path = Path(cfg.output.dir) / cfg.run_name()
+    world.agree(lambda: claim_run_dir(cfg, run_path) if world.is_root else None)
     if cfg.train.device != "auto":
         world.device = world.agree(lambda: choose_device(cfg.train.device, world.local_rank))
     else:  # a collective: every rank takes part, whichever device it found

@@ -142,6 +142,16 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         (run + [good, *fm, f"data.root={torn_root}"], "cannot load dataset 'fashionmnist'"),
         (run + [good, "data.dataset=imagenet"], "'data.dataset' must be one of"),
         (run + [good, "output.name=unfinished"], "holds an unfinished run"),
+        # the run directory is checked before the data are loaded (the torn files would
+        # fail): a long data load does not come before its refusal
+        (
+            run + [good, *fm, f"data.root={torn_root}", "output.name=unfinished"],
+            "holds an unfinished run",
+        ),
+        (
+            run + [good, *fm, f"data.root={torn_root}", f"output.dir={blocker}"],
+            f"cannot create run directory {blocker}/",
+        ),
         (run + ["--resume", str(finished), "train.epochs=2"], "with no checkpoint to continue"),
         (run + ["--resume", str(tmp)], "no config.yaml there"),
         (run + [good, "--resume", str(finished)], "give a CONFIG file or --resume RUN_DIR"),
