@@ -612,12 +612,16 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
 
 def error_source(message: str, overrides: list[str], file: str) -> str:
     """Where a config error ``message`` comes from: ``override 'k=v'`` for the last
-    override that set a key the message names, else ``file``."""
+    override that set a key the message names (or an item of it: ``'k[1]'``), else
+    ``file``."""
     return next(
         (
             f"override '{text}'"
             for text in reversed(overrides)  # the last one to set a key is the one used
-            if any(f"'{leaf}'" in message for leaf in override_leaves(text))
+            if any(
+                re.search(f"'{re.escape(leaf)}(\\[\\d+\\])*'", message)
+                for leaf in override_leaves(text)
+            )
         ),
         file,
     )

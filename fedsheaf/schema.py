@@ -74,12 +74,12 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
         raise ConfigError(
             errors[0]
             if len(errors) == 1
-            else f"config key '{key}': {value!r} is not {_type_name(tp)}"
+            else f"config key '{key}': {shown(value)} is not {_type_name(tp)}"
         )
     if origin is list or origin is tuple:
         (item_tp, *_) = typing.get_args(tp) or (Any,)
         if not isinstance(value, list | tuple):
-            raise ConfigError(f"config key '{key}' must be a list, got {value!r}")
+            raise ConfigError(f"config key '{key}' must be a list, got {shown(value)}")
         out = [_convert(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
         return out if origin is list else tuple(out)
     if dataclasses.is_dataclass(tp):
@@ -107,13 +107,23 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
             if number is not None and math.isfinite(number):
                 return number
             if number is not None or not isinstance(value, str):
-                raise ConfigError(f"config key '{key}' must be a finite number, got {value!r}")
+                raise ConfigError(f"config key '{key}' must be a finite number, got {shown(value)}")
     elif tp is str:
         if isinstance(value, str):
             return value
     else:
         raise TypeError(f"unsupported schema type {tp!r}")
-    raise ConfigError(f"config key '{key}' must be {_type_name(tp)}, got {value!r}")
+    raise ConfigError(f"config key '{key}' must be {_type_name(tp)}, got {shown(value)}")
+
+
+def shown(value: Any) -> str:
+    """``value`` as an error message quotes it: YAML's words for booleans and null (what
+    the user wrote: ``true``, not Python's ``True``), ``repr`` for the rest."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    return repr(value)
 
 
 def _check_range(value: Any, meta: Mapping[str, Any], key: str) -> None:
@@ -122,7 +132,7 @@ def _check_range(value: Any, meta: Mapping[str, Any], key: str) -> None:
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         raise ConfigError(
-            f"config key '{key}' must be one of {', '.join(map(str, choices))}; got {value!r}"
+            f"config key '{key}' must be one of {', '.join(map(str, choices))}; got {shown(value)}"
         )
     lo, hi = meta.get("lo"), meta.get("hi")
     values = value if isinstance(value, list | tuple) else [value]
@@ -131,9 +141,9 @@ def _check_range(value: Any, meta: Mapping[str, Any], key: str) -> None:
             continue
         if lo is not None and (v < lo or (meta.get("lo_open") and v == lo)):
             rel = ">" if meta.get("lo_open") else ">="
-            raise ConfigError(f"config key '{key}' must be {rel} {lo}, got {v!r}")
+            raise ConfigError(f"config key '{key}' must be {rel} {lo}, got {shown(v)}")
         if hi is not None and v > hi:
-            raise ConfigError(f"config key '{key}' must be <= {hi}, got {v!r}")
+            raise ConfigError(f"config key '{key}' must be <= {hi}, got {shown(v)}")
 
 
 def build(cls: type[T], data: Any, prefix: str = "") -> T:
@@ -142,7 +152,7 @@ def build(cls: type[T], data: Any, prefix: str = "") -> T:
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{where} must be a mapping of keys to values, got {data!r}")
+        raise ConfigError(f"{where} must be a mapping of keys to values, got {shown(data)}")
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     hints = typing.get_type_hints(cls)
     for key in data:

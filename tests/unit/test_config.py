@@ -138,7 +138,7 @@ def test_bad_overrides_are_config_errors(override, message):
         ("agents[1].encodr=[8]", "unknown config key 'agents[1].encodr' (did you mean 'encoder'?)"),
         ("checkpoint.evry=2", "unknown config key 'checkpoint.evry' (did you mean 'every'?)"),
         ("train.epochs=three", "config key 'train.epochs' must be an integer, got 'three'"),
-        ("train.epochs=true", "config key 'train.epochs' must be an integer, got True"),
+        ("train.epochs=true", "config key 'train.epochs' must be an integer, got true"),
         ("train.epochs=0", "config key 'train.epochs' must be >= 1, got 0"),
         ("train.lr=0", "config key 'train.lr' must be > 0.0"),
         ("train.lr=.nan", "config key 'train.lr' must be a finite number"),
@@ -152,7 +152,11 @@ def test_bad_overrides_are_config_errors(override, message):
         ("checkpoint.keep=0", "config key 'checkpoint.keep' must be >= 1"),
         ("checkpoint.resume=maybe", "config key 'checkpoint.resume' must be true/false"),
         ("graph=null", "algorithm sheaf_frl needs config key 'graph'"),
-        ("name=null", "config key 'name' must be a string"),
+        ("name=null", "config key 'name' must be a string, got null"),
+        (
+            "agents[0].encoder=[8, false]",
+            "config key 'agents[0].encoder[1]' must be an integer, got false",
+        ),
     ],
 )
 def test_bad_values_name_the_key(override, message):

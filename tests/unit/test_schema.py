@@ -66,7 +66,7 @@ def test_values_convert_and_nest():
         ({"name": "x", "many": [{}, {"wdth": 1}]}, "unknown config key 'many[1].wdth'"),
         ({"name": 3}, "config key 'name' must be a string, got 3"),
         ({"name": "x", "rate": "fast"}, "config key 'rate' must be a number, got 'fast'"),
-        ({"name": "x", "rate": True}, "config key 'rate' must be a number, got True"),
+        ({"name": "x", "rate": True}, "config key 'rate' must be a number, got true"),
         ({"name": "x", "rate": float("nan")}, "config key 'rate' must be a finite number"),
         ({"name": "x", "rate": "inf"}, "config key 'rate' must be a finite number"),
         ({"name": "x", "rate": 10**400}, "config key 'rate' must be a finite number"),
