@@ -145,20 +145,27 @@ def run_decentralized(
     return summary
 
 
-def claim_run_dir(cfg: ExperimentConfig, path: Path) -> None:
+def claim_run_dir(cfg: ExperimentConfig, path: Path) -> str | None:
     """Rank 0: refuse what :func:`open_run_dir` would refuse, changing nothing but the
     lock. ``main`` calls it before the data are loaded (minutes, for a large data set),
     so that a run directory in use, unfinished or not writable is refused at once.
 
     An existing directory is locked first, so that nothing is read while another job
-    writes into it; this rank holds the lock until its process ends."""
+    writes into it; this rank holds the lock until its process ends. Returns, instead of
+    checking, what to say when ``cfg`` resumes a run that has already finished
+    (:func:`~fedsheaf.preflight.finished_note`): read under the lock, so a run that
+    finishes while this job starts is found finished, not extended to its own length.
+    """
     if path.is_dir():
         # refusals that read nothing a job writes come first: they leave no lock file
         check_not_foreign(path)
         check_run_files(path)
         run_lock.hold(path)
-    check_run_dir(cfg, path)
-    check_creatable(path)
+    note = finished_note(cfg)
+    if note is None:
+        check_run_dir(cfg, path)
+        check_creatable(path)
+    return note
 
 
 def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
@@ -311,12 +318,12 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
     warning = ignored_warning(cfg)
     if warning is not None:
         world.log(warning)
-    note = world.bcast(world.agree(lambda: finished_note(cfg) if world.is_root else None))
+    run_path = Path(cfg.output.dir) / cfg.run_name()
+    claim = world.agree(lambda: claim_run_dir(cfg, run_path) if world.is_root else None)
+    note = world.bcast(claim)
     if note is not None:
         world.log(note)
         return 0
-    run_path = Path(cfg.output.dir) / cfg.run_name()
-    world.agree(lambda: claim_run_dir(cfg, run_path) if world.is_root else None)
     if cfg.train.device != "auto":
         world.device = world.agree(lambda: choose_device(cfg.train.device, world.local_rank))
     else:  # a collective: every rank takes part, whichever device it found

@@ -56,3 +56,26 @@ def test_a_directory_holding_only_a_lock_is_a_run_directory_not_somebody_elses(t
     (tmp_path / "notes.txt").write_text("mine\n")
     with pytest.raises(ConfigError, match="is not a fedsheaf run"):
         check_not_foreign(tmp_path)
+
+
+def test_a_finished_run_is_read_under_the_lock_so_a_run_finishing_now_is_not_extended(
+    tmp_path,
+):
+    from fedsheaf.config import dump_config, load_config
+    from fedsheaf.runtime.launch import claim_run_dir
+    from tests.conftest import REPO
+
+    over = [f"output.dir={tmp_path}", "checkpoint.resume=true", "train.epochs=2"]
+    cfg = load_config(str(REPO / "configs" / "quickstart.yaml"), over)
+    run = tmp_path / cfg.run_name()
+    run.mkdir()
+    (run / "config.yaml").write_text(dump_config(cfg))
+    (run / "summary.json").write_text("{}")
+    other = _holder(run)  # the job that wrote summary.json has not ended yet
+    try:
+        with pytest.raises(ConfigError, match="is in use by another job"):
+            claim_run_dir(cfg, run)
+    finally:
+        other.communicate("", timeout=30)
+    note = claim_run_dir(cfg, run)
+    assert note is not None and "has already finished its 2 epochs; nothing to do" in note
