@@ -7,12 +7,14 @@ import contextlib
 import importlib
 import io
 import os
+import signal
 import sys
 import time
 from typing import NoReturn
 
 from fedsheaf import __version__
 from fedsheaf.errors import FedsheafError
+from fedsheaf.processes import Terminated
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -219,6 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     except FedsheafError as exc:
         print(f"fedsheaf: error: {exc}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, Terminated) as exc:  # Ctrl-C; SIGTERM where it raises
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        print(f"fedsheaf {args.command}: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:  # `fedsheaf sweep ... | head`: the reader has gone; say nothing
         if args.command == "run":  # stdout is guarded (reader_gone): another pipe broke
             raise  # on one rank of a job: the runtime's abort hook must end every rank

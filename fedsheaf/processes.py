@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import IO, Any
 
 PROC = Path("/proc")
 
@@ -92,3 +93,60 @@ def stop_job(launcher: subprocess.Popen, grace: float) -> None:
             return
         time.sleep(0.1)
     kill_session(launcher)
+
+
+class Terminated(BaseException):
+    """SIGTERM reached a process that supervises jobs (raised by the handler
+    :func:`raise_on_sigterm` installs), so that it stops its job before it ends."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated(signum)
+
+
+def raise_on_sigterm() -> None:
+    """Make SIGTERM raise :class:`Terminated` in this process (from the main thread),
+    as SIGINT raises ``KeyboardInterrupt``: a supervisor killed outright would leave its
+    job running with nobody to wait for it."""
+    signal.signal(signal.SIGTERM, _terminated)
+
+
+def run_job(
+    argv: list[str],
+    out: IO[Any],
+    env: dict[str, str],
+    timeout: float | None = None,
+    grace: float = 20.0,
+) -> int:
+    """Run a job's launcher with its output in ``out``; its exit status.
+
+    The launcher leads a session of its own: a terminal's Ctrl-C reaches this process
+    only, which then stops the job (:func:`stop_job`: SIGTERM, and after ``grace``
+    seconds SIGKILL for whatever is left, ranks included) before the interrupt goes on,
+    as does SIGTERM under :func:`raise_on_sigterm`. A job that outlives ``timeout``
+    seconds is stopped the same way and gets exit status 124.
+    """
+    proc = subprocess.Popen(
+        argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_job(proc, grace)
+        return 124
+    except BaseException:  # Ctrl-C, SIGTERM: the job must not outlive its supervisor
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOPPING}
+        try:  # (a second Ctrl-C must not cut the stopping short)
+            stop_job(proc, grace)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        raise
+
+
+#: What interrupts a supervisor: ignored while it stops its job.
+STOPPING = (signal.SIGINT, signal.SIGTERM)

@@ -34,7 +34,6 @@ import argparse
 import itertools
 import json
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,6 +54,7 @@ from fedsheaf.config import (
 )
 from fedsheaf.errors import ConfigError, refuse_blocked_path
 from fedsheaf.hostinfo import failed_to_start, launcher_template, launcher_words, local_launcher
+from fedsheaf.processes import Terminated, raise_on_sigterm, run_job
 from fedsheaf.ranks import check_ranks, rank_range, ranks_needed
 from fedsheaf.results import atomic_write_json, atomic_write_text, is_run_dir, read_json_object
 from fedsheaf.units import count
@@ -533,17 +533,16 @@ def run_local(study: Study, force: bool = False) -> int:
         argv = run.argv(launcher, fedsheaf) + extra
         print(f"{label}: {count(run.ranks, 'rank')} ...", flush=True)
         start = time.perf_counter()
-        log, failed_log = logs / f"{run.name}.log", logs / f"{run.name}.failed-start.log"
-        failed_log.unlink(missing_ok=True)  # from an earlier invocation
-        code = launch_logged(argv, env, log)
-        if code != 0 and failed_to_start(log.read_text(errors="replace"), started="fedsheaf: "):
-            log.replace(failed_log)
+        try:
+            code = launch_retrying(argv, env, logs, run.name, label)
+        except (KeyboardInterrupt, Terminated) as exc:
+            why = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)
             print(
-                f"{label}: mpiexec failed to start the job (exit {code}, see {failed_log}); "
-                "retrying once",
+                f"{label}: stopped by {why}, its job with it; run the sweep again to "
+                "continue (this run resumes from its last checkpoint)",
                 flush=True,
             )
-            code = launch_logged(argv, env, log)
+            raise
         seconds = time.perf_counter() - start
         timings[run.name] = round(seconds, 1)
         if code != 0:
@@ -560,12 +559,29 @@ def run_local(study: Study, force: bool = False) -> int:
     return len(failed)
 
 
+def launch_retrying(argv: list[str], env: dict[str, str], logs: Path, name: str, label: str) -> int:
+    """Run ``argv`` logged in ``logs/NAME.log``, once more if mpiexec failed to start it
+    (the failed start's log kept as ``NAME.failed-start.log``); its exit status."""
+    log, failed_log = logs / f"{name}.log", logs / f"{name}.failed-start.log"
+    failed_log.unlink(missing_ok=True)  # from an earlier invocation
+    code = launch_logged(argv, env, log)
+    if code != 0 and failed_to_start(log.read_text(errors="replace"), started="fedsheaf: "):
+        log.replace(failed_log)
+        print(
+            f"{label}: mpiexec failed to start the job (exit {code}, see {failed_log}); "
+            "retrying once",
+            flush=True,
+        )
+        code = launch_logged(argv, env, log)
+    return code
+
+
 def launch_logged(argv: list[str], env: dict[str, str], log: Path) -> int:
     """Run ``argv`` with its output (after the command line itself) in ``log``."""
     with open(log, "w") as out:
         out.write(shlex.join(argv) + "\n")
         out.flush()
-        return subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env).returncode
+        return run_job(argv, out, env)
 
 
 def record_timings(path: Path, timings: dict[str, float], seconds: float) -> None:
@@ -701,4 +717,5 @@ def run(args: argparse.Namespace) -> int:
         path = emit(study, target, args.launcher or DEFAULT_LAUNCHER)
         print(f"wrote {count(len(study.runs), 'command')} to {path} (manifest {manifest})")
         return 0
+    raise_on_sigterm()  # so that the run in progress is stopped with the sweep
     return 1 if run_local(study, force=args.force) else 0

@@ -20,7 +20,6 @@ import json
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +46,7 @@ from fedsheaf.hostinfo import (
     launcher_words,
     local_launcher,
 )
-from fedsheaf.processes import stop_job
+from fedsheaf.processes import raise_on_sigterm, run_job
 
 
 def _positive_int(text: str) -> int:
@@ -246,14 +245,7 @@ def run_launch(
     with open(log, "w") as fh:
         fh.write("$ " + shlex.join(argv) + "\n")
         fh.flush()
-        proc = subprocess.Popen(
-            argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
-        try:
-            code = proc.wait(timeout=launch.timeout)
-        except subprocess.TimeoutExpired:
-            stop_job(proc, grace=20)
-            code = 124
+        code = run_job(argv, fh, env, timeout=launch.timeout, grace=20)
     record: dict[str, Any] = {
         "label": launch.label,
         "ranks": launch.ranks,
@@ -503,6 +495,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     records = []
     deadline = None if args.budget is None else t0 + args.budget
+    raise_on_sigterm()  # so that the launch in progress is stopped with the bench
     with tempfile.TemporaryDirectory(prefix="fedsheaf-bench-") as tmp:
         for la in launches:
             if args.timeout is not None:

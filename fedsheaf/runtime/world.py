@@ -9,13 +9,19 @@ Rules this module enforces for the whole job:
 * User-caused errors (:class:`~fedsheaf.errors.FedsheafError`) found before
   training by every rank are checked *collectively* (:meth:`World.agree`):
   rank 0 prints each distinct message once and every rank exits with status 2.
+* SIGTERM and SIGINT (a cancelled job, Ctrl-C, a launcher that is stopped) end the
+  rank as the signal would, once one rank has said so in one line and in the run's
+  ``failed.json`` (:func:`install_signal_ends`): a job ended that way is not taken for
+  one still running.
 * Rank 0 is the only rank that logs progress.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -78,6 +84,44 @@ def _abort_hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> N
 def install_abort_hook() -> None:
     """Make any uncaught exception on this rank abort the whole MPI job."""
     sys.excepthook = _abort_hook
+
+
+#: The signals that end a rank with a note (:func:`install_signal_ends`).
+ENDING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _end_on_signal(signum: int, frame: Any) -> None:
+    rank = MPI.COMM_WORLD.Get_rank()
+    name = signal.Signals(signum).name
+    error = f"terminated by {name} (the job was cancelled, or its launcher stopped)"
+    try:  # quickly: a launcher that passes the signal on may kill the rank soon after
+        if _RUN_DIR is None:
+            say = rank == 0
+        else:
+            error += f"; to continue the run: fedsheaf run --resume {_RUN_DIR}"
+            say = write_failure(_RUN_DIR, rank, error, since=_STARTED)
+        if say:
+            os.write(2, f"fedsheaf: rank {rank} {error}\n".encode())
+    except Exception:
+        pass
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)  # ends as the signal does: its exit status tells the shell
+
+
+def install_signal_ends() -> None:
+    """End this rank on SIGTERM or SIGINT as their default action would, after one rank
+    of the job (the first to write ``failed.json``; rank 0 before the run directory is
+    known) has said so on standard error.
+
+    Python's defaults would end the rank silently (SIGTERM) or with a traceback from
+    every rank (SIGINT), and leave a run directory that ``fedsheaf watch`` follows as if
+    its job still ran. The note is best effort: a rank blocked inside an MPI call runs
+    the handler only when the call returns, and a launcher may kill the ranks soon
+    after it passes the signal on (Open MPI's ``mpiexec`` does, within about a second).
+    """
+    if threading.current_thread() is threading.main_thread():
+        for sig in ENDING_SIGNALS:
+            signal.signal(sig, _end_on_signal)
 
 
 class UserErrorExit(SystemExit):
@@ -188,8 +232,9 @@ def rank_threads(masks: list[set[int]], local_rank: int) -> int:
 
 
 def init_world(device: str = "auto") -> World:
-    """Initialise this rank: abort hook, node-local rank, threads and device."""
+    """Initialise this rank: abort hook, signal ends, node-local rank, threads, device."""
     install_abort_hook()
+    install_signal_ends()
     comm = MPI.COMM_WORLD
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     local_rank, local_size = local.Get_rank(), local.Get_size()

@@ -108,3 +108,45 @@ def test_stop_job_reaches_workers_the_launchers_sigterm_did_not(start):
     stop_job(launcher, grace=1)
     assert_all_gone(launcher, workers)
     assert not kill_session(launcher)  # nothing left to kill
+
+
+# A supervisor like `fedsheaf sweep --local`: runs the stand-in job with run_job.
+SUPERVISOR = """
+import sys
+from fedsheaf.processes import Terminated, raise_on_sigterm, run_job
+raise_on_sigterm()
+try:
+    run_job([sys.executable, "-c", sys.argv[1], sys.argv[2], "0"], sys.stdout, {}, grace=1)
+except (KeyboardInterrupt, Terminated) as exc:
+    print("stopped:", type(exc).__name__, flush=True)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_supervisor_that_is_interrupted_stops_its_job_first(tmp_path, signum):
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    supervisor = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISOR, LAUNCHER, str(ready)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(ready.iterdir())) < 2:
+            assert supervisor.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        workers = [int(p.name) for p in ready.iterdir()]
+        os.kill(supervisor.pid, signum)
+        out, _ = supervisor.communicate(timeout=60)
+    finally:
+        if supervisor.poll() is None:
+            kill_session(supervisor)
+    assert supervisor.returncode == 3, out
+    assert out.strip() == "stopped: " + (
+        "Terminated" if signum == signal.SIGTERM else "KeyboardInterrupt"
+    )
+    # the workers, in process groups of their own, went with the launcher
+    assert all(process_state(pid) in (None,) or process_state(pid)[0] == "Z" for pid in workers)
