@@ -216,7 +216,8 @@ def test_sigint_to_a_rank_and_sigterm_to_the_launcher_end_the_job_saying_so(tmp_
         assert "Traceback" not in job.output() and "KeyboardInterrupt" not in job.output()
         out = io.StringIO()
         assert watch(run, once=True, out=out) == 1
-        assert out.getvalue().splitlines()[-1] == f"failed on rank {failure['rank']}: " + (
-            failure["error"]
+        assert (
+            out.getvalue().splitlines()[-1]
+            == f"failed on rank {failure['rank']}: " + (failure["error"])
         )
     assert len(_records(run)) >= 4  # the second job continued the first
