@@ -26,6 +26,35 @@ class DataError(FedsheafError):
     """A data set is missing, malformed or cannot be partitioned as asked."""
 
 
+class WriteError(FedsheafError, OSError):
+    """A file that could not be written: a full disk, a quota, a read-only file system.
+
+    An OSError too, so that code which carries on when a courtesy file cannot be written
+    (``except OSError``) still does; its words name the file and the reason, which a
+    failed ``torch.save`` hides behind a C++ message (``unexpected pos 4079 vs 4049``).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], cause: BaseException) -> None:
+        found = os_error(cause)
+        reason = (found.strerror or str(found)) if found is not None else str(cause)
+        self.message = f"cannot write {path}: {reason}"
+        super().__init__(found.errno if found is not None else None, self.message)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def os_error(exc: BaseException | None) -> OSError | None:
+    """The first OSError in ``exc`` and the exceptions it was raised from or during."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def relative_hint(path: str | os.PathLike[str]) -> str:
     """`` (relative to the current directory X)`` for a relative path, else ``""``.
 

@@ -14,6 +14,7 @@ Layout of a run directory::
 from __future__ import annotations
 
 import datetime
+import fcntl
 import json
 import math
 import os
@@ -23,14 +24,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from fedsheaf import run_lock
-from fedsheaf.errors import ConfigError
+from fedsheaf.errors import ConfigError, WriteError
 
 
 def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]) -> Path:
     """Call ``write(fh)`` on a temporary file beside ``path``, fsync it, rename it over ``path``.
 
     Readers see the old file or the new one, never half of one; a crash leaves
-    at most a hidden ``.name.*.tmp`` file behind.
+    at most a hidden ``.name.*.tmp`` file behind. A write that fails (a full disk) raises
+    :class:`~fedsheaf.errors.WriteError`, naming ``path`` and the reason.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -43,8 +45,10 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, Exception) and not isinstance(exc, WriteError):
+            raise WriteError(path, exc) from exc
         raise
     return path
 
@@ -205,8 +209,9 @@ def write_failure(path: Path, rank: int, error: str, since: float | None = None)
     is the one to say it: with ``since`` (when this process started, ``time.time()``), a
     ``failed.json`` written since then by another rank of the job is kept (ranks that
     fail together, e.g. all diverging at one step, report once); an older one, from an
-    earlier launch, is replaced. Without ``since``, or where nothing can be written,
-    every rank reports."""
+    earlier launch, is replaced. Without ``since``, every rank reports; where nothing can
+    be written (a full disk), the first rank to lock the run's ``config.yaml`` does
+    (:func:`_first_to_lock`)."""
     if not path.is_dir():
         return True
     target = path / FAILURE_FILE
@@ -233,7 +238,32 @@ def write_failure(path: Path, rank: int, error: str, since: float | None = None)
         finally:
             tmp.unlink(missing_ok=True)
     except Exception:  # the job is ending on another error already
+        return since is None or _first_to_lock(path / "config.yaml")
+
+
+#: Descriptors of the locks :func:`_first_to_lock` won, held for the life of the process.
+_ELECTED: list[int] = []
+
+
+def _first_to_lock(path: Path) -> bool:
+    """Whether this process is the first of its job to lock the existing file ``path``
+    (a lock takes no disk space): the one to report an error that ends the job when
+    ``failed.json`` cannot be written. The lock is held until the process ends; one
+    that cannot be taken at all (no such file, no locks) makes every rank report."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
         return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    except OSError:
+        os.close(fd)
+        return True
+    _ELECTED.append(fd)
+    return True
 
 
 def read_failure(path: Path) -> dict[str, Any] | None:
@@ -320,11 +350,26 @@ class RunDir:
         atomic_write_text(self.path / "config.yaml", text)
 
     def append_metrics(self, record: dict[str, Any]) -> None:
-        line = json.dumps(json_safe(record)) + "\n"
-        with open(self.metrics_path, "a") as fh:
-            fh.write(line)
-            fh.flush()
-            os.fsync(fh.fileno())
+        line = (json.dumps(json_safe(record)) + "\n").encode()
+        try:
+            fd = os.open(self.metrics_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise WriteError(self.metrics_path, exc) from exc
+        try:
+            end = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                done = 0
+                while done < len(line):
+                    done += os.write(fd, line[done:])
+                os.fsync(fd)
+            except OSError as exc:  # a full disk: no line cut short is left behind
+                try:
+                    os.ftruncate(fd, end)
+                except OSError:
+                    pass
+                raise WriteError(self.metrics_path, exc) from exc
+        finally:
+            os.close(fd)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         atomic_write_json(self.path / "summary.json", summary)
