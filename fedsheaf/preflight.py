@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from fedsheaf import checkpoint, experiment
+from fedsheaf import checkpoint, experiment, run_lock
 from fedsheaf.algorithms import agent_class
 from fedsheaf.algorithms.federated import FEDERATED
 from fedsheaf.algorithms.federated.protocol import n_selected
@@ -264,6 +264,8 @@ def check_creatable(path: Path) -> None:
 def _action(cfg: ExperimentConfig, n_ranks: int) -> str:
     """What the job would do with its run directory (after :func:`check_run_dir`)."""
     path = Path(cfg.output.dir) / cfg.run_name()
+    if run_lock.probe(path):  # as the job's lock refuses it, before reading anything
+        raise run_lock.in_use(path.resolve(), run_lock.holder(path))
     check_run_dir(cfg, path)
     check_creatable(path)
     held = [n for n in (*RUN_FILES, "checkpoints") if (path / n).exists()]

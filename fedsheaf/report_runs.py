@@ -12,7 +12,8 @@ Works on any mix of run directories of both families (see :mod:`fedsheaf.results
 A run directory is any folder with a ``config.yaml`` beside one of
 :data:`fedsheaf.results.RUN_MARKS` (``metrics.jsonl``, ``summary.json``, checkpoints,
 ``failed.json``, ``stopped.json``); runs without a ``summary.json`` are listed as
-failed, stopped or running.
+failed, stopped, interrupted (no job holds the run's lock, :func:`fedsheaf.run_lock.probe`:
+its job was killed outright) or running.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from fedsheaf import run_lock
 from fedsheaf.config import SERVER_BASED, flat_keys, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import (
@@ -224,7 +226,10 @@ def _status(run: RunInfo) -> str:
         return "finished"
     if read_failure(run.path) is not None:
         return "failed"
-    return "stopped" if read_stop(run.path) is not None else "running"
+    if read_stop(run.path) is not None:
+        return "stopped"
+    # no job holds it: killed outright (SIGKILL, a lost node), to be resumed
+    return "interrupted" if run_lock.probe(run.path) is False else "running"
 
 
 def run_row(run: RunInfo) -> dict[str, Any]:

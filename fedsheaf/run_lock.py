@@ -21,6 +21,7 @@ import errno
 import fcntl
 import os
 import socket
+import time
 from pathlib import Path
 
 from fedsheaf.errors import ConfigError
@@ -58,15 +59,11 @@ def hold(run_dir: str | Path) -> bool:
     if fd is None:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _lock_within(fd, PROBE_WAIT)
     except BlockingIOError:
         holder = _read(fd)
         os.close(fd)
-        raise ConfigError(
-            f"run directory {path} is in use by another job ({holder or 'holder unknown'}); "
-            "wait for it to end (or stop it) before resuming or overwriting this run. If "
-            f"no such job runs any more (its node crashed), remove {lock_path}"
-        ) from None
+        raise in_use(path, holder) from None
     except OSError as exc:
         os.close(fd)
         if exc.errno not in _NO_LOCKS:
@@ -85,6 +82,72 @@ def hold(run_dir: str | Path) -> bool:
         pass
     _HELD[path] = fd
     return True
+
+
+#: Seconds a job keeps trying for a lock that is taken: long enough for a :func:`probe`
+#: (which holds it for microseconds) to be no refusal.
+PROBE_WAIT = 1.0
+
+
+def in_use(path: Path, holder: str) -> ConfigError:
+    """The refusal of a job (or ``fedsheaf check``) for a run directory that the job
+    named by ``holder`` (its lock file's line) holds."""
+    return ConfigError(
+        f"run directory {path} is in use by another job ({holder or 'holder unknown'}); "
+        "wait for it to end (or stop it) before resuming or overwriting this run. If "
+        f"no such job runs any more (its node crashed), remove {path / LOCK_FILE}"
+    )
+
+
+def _lock_within(fd: int, seconds: float) -> None:
+    """Take the exclusive lock on ``fd``, trying for up to ``seconds``; BlockingIOError
+    when it stays taken."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+
+
+def probe(run_dir: str | Path) -> bool | None:
+    """Whether a job holds ``run_dir``'s lock now, for readers (``watch``, ``report``,
+    ``check``) that must tell a running job from one that has ended without a word
+    (SIGKILL, a lost node). None when that cannot be told: no lock file (a run from
+    before the lock, or a job not started yet), or a file system that cannot lock.
+
+    Takes the lock shared for an instant, without creating or changing anything; a job
+    starting at that instant waits for it (:data:`PROBE_WAIT`). Where locks are kept
+    per node (Lustre ``localflock``), a job on another node looks like none.
+    """
+    path = Path(run_dir).resolve()
+    if path in _HELD:
+        return True
+    try:
+        fd = os.open(path / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return None
+    finally:
+        os.close(fd)  # (closing drops the shared lock)
+    return False
+
+
+def holder(run_dir: str | Path) -> str:
+    """The last holder's line in ``run_dir``'s lock file (host, pid, SLURM job, since),
+    or ``""``."""
+    try:
+        return (Path(run_dir) / LOCK_FILE).read_text(errors="replace").strip()
+    except OSError:
+        return ""
 
 
 def _open(lock_path: Path) -> int | None:

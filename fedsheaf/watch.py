@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from fedsheaf import run_lock
 from fedsheaf.config import SERVER_BASED, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import read_failure, read_json_object, read_stop
@@ -257,7 +258,10 @@ def watch(
     print(header(cfg, run_dir), file=out, flush=True)
     tail, seen, warned = MetricsTail(run_dir / "metrics.jsonl"), 0, False
     config_stamp = _version(run_dir / "config.yaml")
+    job_seen = False  # whether a job has been seen holding the run's lock
     while True:
+        # first: a job found gone here has written all it ever will before the reads below
+        held = run_lock.probe(run_dir)
         # checked first: no record comes after either
         done = (run_dir / "summary.json").is_file()
         failure = None if done else read_failure(run_dir)
@@ -297,9 +301,13 @@ def watch(
                 flush=True,
             )
             return STOPPED
+        unit = "round" if _family(cfg) == "server" else "epoch"
+        state = f"{count(seen, unit)} so far" if seen else f"no {unit}s recorded yet"
+        if held is False and (once or job_seen):  # (None: cannot tell; keep watching)
+            print(_ended_line(run_dir, state, job_seen), file=out, flush=True)
+            return 1
+        job_seen = job_seen or bool(held)
         if once:
-            unit = "round" if _family(cfg) == "server" else "epoch"
-            state = f"{count(seen, unit)} so far" if seen else f"no {unit}s recorded yet"
             print(f"running: {state}{_since_last(run_dir)}", file=out, flush=True)
             return 0
         quiet = _quiet_minutes(run_dir)
@@ -311,6 +319,17 @@ def watch(
             )
         warned = quiet >= stall
         time.sleep(interval)
+
+
+def _ended_line(run_dir: Path, state: str, seen_running: bool) -> str:
+    """What to say of a run that no job holds (:func:`fedsheaf.run_lock.probe`) and that
+    left no summary, failed.json or stopped.json."""
+    how = (
+        "its job has ended without a word (killed outright: SIGKILL, out of memory, a lost node?)"
+        if seen_running
+        else "no job runs it (its job ended without a word, or has not started yet)"
+    )
+    return f"not running: {state}; {how}; to continue it: fedsheaf run --resume {run_dir}"
 
 
 def _failed_line(failure: dict[str, Any]) -> str:

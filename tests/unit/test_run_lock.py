@@ -79,3 +79,50 @@ def test_a_finished_run_is_read_under_the_lock_so_a_run_finishing_now_is_not_ext
         other.communicate("", timeout=30)
     note = claim_run_dir(cfg, run)
     assert note is not None and "has already finished its 2 epochs; nothing to do" in note
+
+
+def test_a_probe_tells_held_from_free_and_a_job_starting_meanwhile_waits_for_it(tmp_path):
+    assert run_lock.probe(tmp_path) is None  # no lock file: cannot tell
+    other = _holder(tmp_path)
+    try:
+        assert run_lock.probe(tmp_path) is True
+        assert run_lock.holder(tmp_path).startswith(f"pid {other.pid} on ")
+    finally:
+        other.communicate("", timeout=30)
+    assert run_lock.probe(tmp_path) is False
+    assert (tmp_path / run_lock.LOCK_FILE).exists()  # the probe changed nothing
+    # a reader's shared lock for an instant: the job taking the lock then is not refused
+    reader = subprocess.Popen(
+        [sys.executable, "-c", PROBING, str(tmp_path / run_lock.LOCK_FILE)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert reader.stdout is not None and reader.stdout.readline().strip() == "probing"
+    assert run_lock.hold(tmp_path)
+    reader.wait(timeout=30)
+
+
+PROBING = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.flock(fd, fcntl.LOCK_SH)
+print("probing", flush=True)
+time.sleep(0.3)  # far longer than a probe holds it, well within PROBE_WAIT
+"""
+
+
+def test_check_refuses_a_run_directory_a_job_holds_as_the_job_would(tmp_path, capsys):
+    from fedsheaf import cli
+    from tests.conftest import REPO
+
+    quick = str(REPO / "configs" / "quickstart.yaml")
+    run = tmp_path / "quickstart-sheaf_frl-seed0"
+    run.mkdir()
+    other = _holder(run)
+    try:
+        code = cli.main(["check", quick, f"output.dir={tmp_path}", "checkpoint.resume=true"])
+    finally:
+        other.communicate("", timeout=30)
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"is in use by another job (pid {other.pid} on " in err

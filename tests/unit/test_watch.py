@@ -414,3 +414,44 @@ def test_a_run_stopped_on_request_is_stopped_until_resumed(tmp_path):
     leave_note(path, "round", 2)
     RunDir(path, overwrite=True)
     assert not (path / STOP_FILE).exists()
+
+
+def test_a_job_killed_outright_is_told_from_a_running_one_by_the_runs_lock(tmp_path):
+    """SIGKILL leaves no summary and no failed.json; the run's lock, which dies with its
+    holder, says the job is gone (watch: exit 1; report: interrupted)."""
+    from fedsheaf.report_runs import load_run, run_row
+    from tests.unit.test_run_lock import _holder
+
+    path = make_decentralized(tmp_path, "run", epochs=4, seed=2, finished=False)
+    job = _holder(path)  # a process holding the run's lock, as the job's rank 0 does
+    try:
+        assert _watch(path, once=True)[-1] == "running: 4 epochs so far"
+        assert run_row(load_run(path))["status"] == "running"
+        out = _Signalling("epoch 4/4")
+
+        def kill():
+            assert out.event.wait(timeout=60)
+            time.sleep(0.1)  # polls that find the job running
+            job.kill()  # SIGKILL: the kernel drops its lock
+
+        killer = Beside(kill, path)
+        killer.start()
+        try:
+            assert watch(path, out=out, interval=0.02) == 1
+        finally:
+            killer.join()
+    finally:
+        job.kill()
+        job.wait(timeout=30)
+    resume = f"to continue it: fedsheaf run --resume {path}"
+    assert out.getvalue().splitlines()[-1] == (
+        "not running: 4 epochs so far; its job has ended without a word (killed outright: "
+        f"SIGKILL, out of memory, a lost node?); {resume}"
+    )
+    said = io.StringIO()
+    assert watch(path, once=True, out=said) == 1
+    assert said.getvalue().splitlines()[-1] == (
+        "not running: 4 epochs so far; no job runs it (its job ended without a word, or "
+        f"has not started yet); {resume}"
+    )
+    assert run_row(load_run(path))["status"] == "interrupted"
