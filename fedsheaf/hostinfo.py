@@ -195,9 +195,10 @@ def singleton_hint(n_ranks: int) -> str:
     if n_ranks != 1 or not tasks.isdigit() or int(tasks) <= 1:
         return ""
     plugin = os.environ.get("SLURM_MPI_TYPE") or "the site default"
+    others = " or ".join(f"--mpi={p}" for p in ("pmix", "pmi2") if p != plugin)
     return (
         f" (srun started {tasks} tasks, but MPI made each a job of its own: srun's --mpi "
         f"plugin, {plugin}, does not fit the MPI that mpi4py was built with; try "
-        "srun --mpi=pmix or --mpi=pmi2 (SRUN_MPI= for the slurm/ scripts), or build mpi4py "
-        "against the site MPI)"
+        f"srun {others} (SRUN_MPI= for the slurm/ scripts; Open MPI 5 and later speak "
+        "pmix only), or build mpi4py against the site MPI)"
     )

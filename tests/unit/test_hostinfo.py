@@ -193,6 +193,7 @@ def test_a_rank_count_error_under_srun_singletons_names_the_pmi_mismatch(tmp_pat
     assert "srun started" not in plain.stderr
     assert "srun started 4 tasks, but MPI made each a job of its own" in srun.stderr
     assert "plugin, pmi2, does not fit" in srun.stderr and "Traceback" not in srun.stderr
+    assert "try srun --mpi=pmix (SRUN_MPI=" in srun.stderr  # not the plugin that failed
 
 
 def test_a_server_based_run_under_srun_singletons_gets_the_hint_too(monkeypatch):

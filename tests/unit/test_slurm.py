@@ -250,7 +250,7 @@ def test_scripts_keep_their_log_when_requeued_and_need_fedsheaf(fake_srun, tmp_p
         (elsewhere / "configs" / config).write_text("name: x\n")
     proc, argv = fake_srun(script, *args, SLURM_SUBMIT_DIR=str(elsewhere), SLURM_ARRAY_TASK_ID="1")
     assert proc.returncode == 2 and argv == [], proc.stderr
-    assert "no python here imports fedsheaf with torch and mpi4py (tried" in proc.stderr
+    assert "no python here imports fedsheaf with torch and mpi4py (tried: " in proc.stderr
 
 
 def test_study15_with_mps_needs_one_node(fake_srun):
@@ -344,7 +344,7 @@ def test_an_environment_that_works_is_kept_and_else_the_checkouts_venv(fake_srun
         if status == 0:  # the job log names its interpreter
             assert f"python {good_venv if used else shim.parent}/python" in proc.stdout
         else:
-            assert f"(tried {shim}, then {elsewhere}/.venv)" in proc.stderr
+            assert f"(tried: {shim}, then {elsewhere}/.venv)" in proc.stderr
 
 
 def _scontrol(fake_srun) -> list[str]:
