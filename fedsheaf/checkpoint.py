@@ -152,13 +152,16 @@ def commit(
     n_ranks: int,
     keep: int = 2,
     experiment: dict[str, Any] | None = None,
+    data: str | None = None,
 ) -> Checkpoint:
     """Record ``epoch`` as complete (call once every rank has saved) and prune old ones.
 
     The manifest is replaced atomically, then checkpoint folders that are neither
     among the ``keep`` newest listed epochs nor newer than ``epoch`` are deleted.
     ``experiment``: the settings the checkpoints were written under
-    (:func:`fedsheaf.resume.experiment_keys`), for :func:`recorded_experiment`.
+    (:func:`fedsheaf.resume.experiment_keys`), for :func:`recorded_experiment`; ``data``:
+    the data set's fingerprint (:func:`fedsheaf.experiment.data_digest`), for
+    :func:`recorded_data`.
     """
     manifest = _read_manifest(run_dir)
     previous = manifest["epochs"] if manifest else []
@@ -171,6 +174,8 @@ def commit(
     }
     if experiment is not None:
         record["experiment"] = experiment
+    if data is not None:
+        record["data"] = data
     atomic_write_json(checkpoints_dir(run_dir) / MANIFEST, record)
     for folder in checkpoints_dir(run_dir).glob("epoch-*"):
         number = _epoch_of(folder)
@@ -185,6 +190,14 @@ def recorded_experiment(run_dir: str | Path) -> dict[str, Any] | None:
     manifest = _read_manifest(run_dir)
     found = manifest.get("experiment") if manifest else None
     return found if isinstance(found, dict) else None
+
+
+def recorded_data(run_dir: str | Path) -> str | None:
+    """The fingerprint of the data set the newest checkpoints were trained on (None: not
+    recorded: a server-based run, or checkpoints from before fedsheaf recorded it)."""
+    manifest = _read_manifest(run_dir)
+    found = manifest.get("data") if manifest else None
+    return found if isinstance(found, str) else None
 
 
 def forget_after(run_dir: str | Path, epoch: int) -> None:

@@ -162,6 +162,19 @@ def edited_since_checkpoint(run_dir: Path, cfg: ExperimentConfig) -> list[str]:
     ]
 
 
+def check_same_data(run_dir: Path, digest: str, root: str) -> None:
+    """Refuse to resume ``run_dir`` on a data set other than the one its checkpoints were
+    trained on (``digest``: :func:`fedsheaf.experiment.data_digest` of the data loaded
+    now from ``root``); nothing to compare where none was recorded."""
+    recorded = checkpoint.recorded_data(run_dir)
+    if recorded is not None and recorded != digest:
+        raise ConfigError(
+            f"cannot resume {run_dir}: the data set loaded from data.root={root} differs "
+            "from the one its checkpoints were trained on (its files have changed since); "
+            "resume with the same data, or start over with output.overwrite=true"
+        )
+
+
 def same_graph(a: str | Path, b: str | Path) -> bool:
     """Whether two graph files hold the same graph (nodes, dims, classes, edges; comments,
     layout and name aside); False when either cannot be read."""

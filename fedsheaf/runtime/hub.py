@@ -80,7 +80,13 @@ def _agent_world(world: World, comm: Any) -> World:
 
 def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
     """Run FedProto or FedMuscle: server on rank 0, agents on ranks 1..N."""
-    from fedsheaf.runtime.launch import checkpointer, load_latest, open_run_dir, run_decentralized
+    from fedsheaf.runtime.launch import (
+        check_data,
+        checkpointer,
+        load_latest,
+        open_run_dir,
+        run_decentralized,
+    )
 
     graph = world.agree(lambda: hub_graph(cfg, world.size))
     ds, part = world.agree(lambda: experiment.load_and_partition(cfg))
@@ -89,6 +95,7 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
     else:
         world.agree(lambda: None)
     run_path = Path(cfg.output.dir) / cfg.run_name()
+    digest = check_data(world, cfg, ds, run_path)
     world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
     loaded = load_latest(world, cfg, run_path) if cfg.checkpoint.resume else None
 
@@ -107,7 +114,7 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
         ckpt, state = loaded or (None, None)
         if ckpt is not None and state is not None:
             server.load_state_dict(state["server"])
-        save = checkpointer(cfg, world, run_path, lambda: {"server": server.state_dict()})
+        save = checkpointer(cfg, world, run_path, lambda: {"server": server.state_dict()}, digest)
         note_run_dir(run_path)
         server.serve(ckpt.epoch if ckpt is not None else 0, save)
         return None

@@ -36,7 +36,7 @@ from fedsheaf.results import (
     check_not_foreign,
     check_run_files,
 )
-from fedsheaf.resume import GRAPH_COPY, experiment_keys, load_run_config
+from fedsheaf.resume import GRAPH_COPY, check_same_data, experiment_keys, load_run_config
 from fedsheaf.runtime import stop_request
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import (
@@ -74,6 +74,8 @@ def run_decentralized(
     for warning in experiment.data_warnings(cfg, part, graph):
         world.log(warning)
     run_path = Path(cfg.output.dir) / cfg.run_name()
+    # (a hub run's server checks it, and records it: it commits the checkpoints)
+    digest = check_data(world, cfg, ds, run_path) if job is world else None
     model = experiment.agent_model(cfg, ds, world.rank, world.device)
     agent = Agent(world.rank, cfg, graph, data, model, world.device, steps)
     nbr = Neighbourhood(world.comm, graph.neighbours(world.rank))
@@ -111,7 +113,7 @@ def run_decentralized(
             out[clock.KEY] = clock.total()
         return out
 
-    algo.run(first_epoch, checkpointer(cfg, job, run_path, state))
+    algo.run(first_epoch, checkpointer(cfg, job, run_path, state, digest))
     elapsed = clock.stop()
     nbr.free()
     if not world.is_root or recorder.last is None:
@@ -166,6 +168,22 @@ def claim_run_dir(cfg: ExperimentConfig, path: Path) -> str | None:
         check_run_dir(cfg, path)
         check_creatable(path)
     return note
+
+
+def check_data(world: World, cfg: ExperimentConfig, ds: Dataset, run_path: Path) -> str | None:
+    """Collectively: the fingerprint of the data set ``ds`` on rank 0 (None elsewhere),
+    for its checkpoints; when resuming, a data set that differs from the one the run's
+    checkpoints were trained on is refused (data files changed since)."""
+
+    def digest() -> str | None:
+        if not world.is_root:
+            return None
+        found = experiment.data_digest(ds)
+        if cfg.checkpoint.resume:
+            check_same_data(run_path, found, cfg.data.root)
+        return found
+
+    return world.agree(digest)
 
 
 def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
@@ -272,10 +290,15 @@ def restore(
 
 
 def checkpointer(
-    cfg: ExperimentConfig, job: World, run_path: Path, state: Callable[[], dict[str, Any]]
+    cfg: ExperimentConfig,
+    job: World,
+    run_path: Path,
+    state: Callable[[], dict[str, Any]],
+    data: str | None = None,
 ) -> Callable[[int], None] | None:
     """The after-epoch (after-round) hook: every rank of ``job`` saves ``state()``, then
-    ``job``'s root commits the manifest once all files are on disk.
+    ``job``'s root commits the manifest once all files are on disk (with ``data``, the
+    data set's fingerprint on that root: :func:`check_data`).
 
     A stop requested on any rank (:mod:`fedsheaf.runtime.stop_request`) writes the
     checkpoint now and raises :class:`~fedsheaf.runtime.stop_request.StopRequested` on
@@ -291,7 +314,7 @@ def checkpointer(
         checkpoint.save_rank(run_path, done, job.rank, state())
         job.barrier()  # every rank's file is on disk before the manifest names it
         if job.is_root:
-            checkpoint.commit(run_path, done, job.size, keep, experiment)
+            checkpoint.commit(run_path, done, job.size, keep, experiment, data)
         if stop:
             if job.is_root:
                 length, unit, _ = run_length(cfg)

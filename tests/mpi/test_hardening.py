@@ -276,3 +276,40 @@ def test_a_run_file_that_is_a_directory_is_refused_before_overwrite_removes_anyt
     assert again.returncode == 2 and "Traceback" not in again.stderr
     assert again.stderr.count(f"{run / 'metrics.jsonl'} is not a file") == 1, again.stderr
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # checkpoints kept
+
+
+def test_a_resume_on_data_files_that_changed_since_its_checkpoint_is_refused(tmp_path):
+    """Checkpoints record a fingerprint of the data set: labels edited in place (valid
+    values, so loading succeeds) would silently mix two data sets into one run."""
+    import numpy as np
+
+    from tests.unit.test_data_sources import _write_idx
+
+    raw = tmp_path / "data" / "FashionMNIST" / "raw"
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 300), ("t10k", 60)):
+        _write_idx(raw, prefix, rng.integers(0, 256, (n, 28, 28)), rng.integers(0, 3, n))
+    data = {"dataset": "fashionmnist", "root": str(tmp_path / "data"), "limit": 300}
+    train = {"epochs": 2, "steps_per_epoch": 2}
+    config = _config(tmp_path, "fp", _graph(tmp_path, "g1", [0], []), data=data, train=train)
+    first = _cli("run", config)
+    assert first.returncode == 0, first.stderr
+    run = tmp_path / "runs" / "fp-sheaf_frl-seed0"
+    labels = raw / "train-labels-idx1-ubyte"
+    kept = labels.read_bytes()
+    edited = bytearray(kept)
+    edited[8:58] = bytes((b + 1) % 3 for b in kept[8:58])  # 50 labels, after the header
+    labels.write_bytes(bytes(edited))
+    refused = _cli("run", "--resume", str(run), "train.epochs=3")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"fedsheaf: error: cannot resume {run}: the data set loaded from data.root="
+        f"{tmp_path / 'data'} differs from the one its checkpoints were trained on (its "
+        "files have changed since); resume with the same data, or start over with "
+        "output.overwrite=true"
+    ]
+    assert json.loads((run / "summary.json").read_text())["epoch"] == 2  # untouched
+    labels.write_bytes(kept)
+    resumed = _cli("run", "--resume", str(run), "train.epochs=3")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((run / "summary.json").read_text())["epoch"] == 3
