@@ -264,4 +264,12 @@ def _load_torchvision(key: str, root: Path, split: str, download: bool) -> Datas
             f"dataset {key!r} under {root} has images of shape {tuple(x01.shape[1:])} and "
             f"{y.shape[0]} labels for {x01.shape[0]} images; expected {info.shape}"
         )
+    outside = y[(y < 0) | (y >= info.n_classes)]
+    if outside.numel():
+        raise DataError(
+            f"dataset {key!r} under {root} ({split} split) has label {int(outside[0])}, "
+            f"outside its {info.n_classes} classes 0..{info.n_classes - 1}: a damaged labels "
+            f"file, or another file under its name. Its files: "
+            f"{', '.join(str(p) for p in expected_files(key, root, split))}"
+        )
     return Dataset(key, _normalise(x01, info), y, info.n_classes)

@@ -94,6 +94,20 @@ def test_corrupt_idx_file_is_a_data_error(tmp_path):
             load_dataset("fashionmnist", tmp_path, split="test")
 
 
+def test_labels_outside_the_classes_are_a_data_error_naming_the_files(tmp_path):
+    raw = tmp_path / "FashionMNIST" / "raw"
+    labels = np.array([3, 255, 1, 0], np.uint8)  # a valid IDX file with a byte gone wrong
+    for prefix in ("train", "t10k"):
+        _write_idx(raw, prefix, np.zeros((4, 28, 28), np.uint8), labels)
+    with pytest.raises(DataError) as err:
+        load_dataset("fashionmnist", tmp_path)
+    assert str(err.value).startswith(
+        f"dataset 'fashionmnist' under {tmp_path} (train split) has label 255, outside its "
+        "10 classes 0..9: a damaged labels file"
+    )
+    assert str(raw / "train-labels-idx1-ubyte") in str(err.value)
+
+
 def test_a_damaged_cifar_batch_is_named(tmp_path):
     folder = tmp_path / "cifar-10-batches-py"
     folder.mkdir()
