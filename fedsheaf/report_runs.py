@@ -112,7 +112,18 @@ def load_run(path: str | Path) -> RunInfo:
     path = Path(path)
     if not (path / "config.yaml").is_file():
         raise ConfigError(f"{path} is not a run directory (no config.yaml)")
-    records = read_metrics(path / "metrics.jsonl") if (path / "metrics.jsonl").is_file() else []
+    damaged: list[int] = []
+    metrics = path / "metrics.jsonl"
+    records = read_metrics(metrics, damaged) if metrics.is_file() else []
+    if damaged:
+        lines = ", ".join(map(str, damaged[:5])) + (", …" if len(damaged) > 5 else "")
+        print(
+            f"report: warning: {metrics}: {count(len(damaged), 'damaged line')} ({lines}) "
+            "left out, so this run's totals leave out those records (resuming the run "
+            "rewrites the file from its checkpoint)",
+            file=sys.stderr,
+            flush=True,
+        )
     summary = None
     if (path / "summary.json").is_file():
         summary = read_json_object(path / "summary.json")

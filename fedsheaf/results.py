@@ -388,16 +388,19 @@ def read_json_object(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+def read_metrics(path: str | Path, damaged: list[int] | None = None) -> list[dict[str, Any]]:
     """All complete records of a metrics.jsonl file (a torn last line, or a line that is
-    not a JSON object, is skipped)."""
+    not a JSON object, is skipped). ``damaged`` gets the numbers (from 1) of the skipped
+    lines that end in a newline: damaged, not still being written."""
     records = []
     with open(path, errors="replace") as fh:  # a damaged line then fails as JSON
-        for line in fh:
+        for number, line in enumerate(fh, 1):
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
-                continue
+                record = None
             if isinstance(record, dict):
                 records.append(record)
+            elif damaged is not None and line.endswith("\n") and line.strip():
+                damaged.append(number)
     return records

@@ -37,16 +37,19 @@ class MetricsTail:
 
     A file that is replaced (a resumed run rewrites ``metrics.jsonl`` up to its
     checkpoint; ``output.overwrite`` starts it afresh) is read again from its start, and
-    :attr:`restarted` says so until the next poll.
+    :attr:`restarted` says so until the next poll. Complete lines that are not a JSON
+    object are skipped; :attr:`entries` holds each line of the last poll in order, as
+    ``(line number from 1, its record or None for a damaged line)``.
     """
 
     def __init__(self, path: Path) -> None:
-        self.path, self.offset = path, 0
+        self.path, self.offset, self.lines = path, 0, 0
         self.inode: int | None = None
         self.restarted = False
+        self.entries: list[tuple[int, dict[str, Any] | None]] = []
 
     def poll(self) -> list[dict[str, Any]]:
-        self.restarted = False
+        self.restarted, self.entries = False, []
         try:
             fh = open(self.path, "rb")
         except (FileNotFoundError, IsADirectoryError):
@@ -55,19 +58,23 @@ class MetricsTail:
             stat = os.fstat(fh.fileno())
             if stat.st_ino != self.inode or stat.st_size < self.offset:
                 self.restarted = self.inode is not None
-                self.inode, self.offset = stat.st_ino, 0
+                self.inode, self.offset, self.lines = stat.st_ino, 0, 0
             fh.seek(self.offset)
             data = fh.read()
         end = data.rfind(b"\n") + 1  # the bytes after the last newline are not yet a line
         self.offset += end
         records = []
         for line in data[:end].splitlines():
+            self.lines += 1
             try:
                 rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                rec = None
             if isinstance(rec, dict):
                 records.append(rec)
+                self.entries.append((self.lines, rec))
+            elif line.strip():
+                self.entries.append((self.lines, None))
         return records
 
 
@@ -266,7 +273,7 @@ def watch(
         done = (run_dir / "summary.json").is_file()
         failure = None if done else read_failure(run_dir)
         stop = None if done or failure else read_stop(run_dir)
-        records = tail.poll()
+        tail.poll()
         if tail.restarted:
             print(
                 "metrics.jsonl was rewritten (the run was resumed from a checkpoint or "
@@ -281,7 +288,10 @@ def watch(
             if new is not None and header(new, run_dir) != header(cfg, run_dir):
                 cfg = new
                 print(header(cfg, run_dir), file=out, flush=True)
-        for rec in records:
+        for number, rec in tail.entries:
+            if rec is None:
+                print(f"metrics.jsonl line {number} is damaged: skipped", file=out, flush=True)
+                continue
             line = format_record(rec, cfg)
             if line is not None:
                 seen += 1

@@ -455,3 +455,23 @@ def test_a_job_killed_outright_is_told_from_a_running_one_by_the_runs_lock(tmp_p
         f"has not started yet); {resume}"
     )
     assert run_row(load_run(path))["status"] == "interrupted"
+
+
+def test_a_damaged_line_is_said_by_watch_and_report_not_skipped_silently(tmp_path, capsys):
+    from fedsheaf.report_runs import load_run
+
+    path = make_decentralized(tmp_path, "run", epochs=4, seed=2, finished=False)
+    lines = (path / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    lines[1] = lines[1][:20] + b"\xff\x00 garbage\n"  # epoch 2 cut short, then junk
+    (path / "metrics.jsonl").write_bytes(b"".join(lines))
+    out = _watch(path, once=True)
+    assert out[1].startswith("epoch 1/4")
+    assert out[2] == "metrics.jsonl line 2 is damaged: skipped"
+    assert out[3].startswith("epoch 3/4") and out[-1] == "running: 3 epochs so far"
+    capsys.readouterr()
+    assert [r["epoch"] for r in load_run(path).records] == [1, 3, 4]
+    assert capsys.readouterr().err == (
+        f"report: warning: {path / 'metrics.jsonl'}: 1 damaged line (2) left out, so this "
+        "run's totals leave out those records (resuming the run rewrites the file from its "
+        "checkpoint)\n"
+    )
