@@ -119,6 +119,16 @@ class Beside(threading.Thread):
             raise self.error
 
 
+def watch_beside(steps: Callable[[], None], path: Path, out: io.StringIO, **kw) -> int:
+    """``watch(path)``'s exit status, while ``steps()`` runs in a thread beside it."""
+    writer = Beside(steps, path)
+    writer.start()
+    try:
+        return watch(path, out=out, **kw)
+    finally:
+        writer.join()
+
+
 def test_follow_mode_prints_new_records_until_summary_appears(tmp_path):
     path = make_decentralized(tmp_path, "run", epochs=1, finished=False)
     first, second = _Signalling("epoch 1/1"), threading.Event()
@@ -137,13 +147,8 @@ def test_follow_mode_prints_new_records_until_summary_appears(tmp_path):
         assert second.wait(timeout=60)
         rd.write_summary({"wall_seconds": 2.0, "private_acc": 0.9, "comm_acc": 0.4})
 
-    writer = Beside(finish, path)
-    writer.start()
     output = Output()
-    try:
-        assert watch(path, out=output, interval=0.02) == 0
-    finally:
-        writer.join()
+    assert watch_beside(finish, path, output, interval=0.02) == 0
     out = output.getvalue().splitlines()
     assert [line[:9] for line in out[1:3]] == ["epoch 1/1", "epoch 2/1"]
     assert out[3] == "finished in 2.0 s: private 0.9000 comm 0.4000"
@@ -288,12 +293,7 @@ def test_following_a_run_through_a_resume_that_extends_it(tmp_path):
         time.sleep(0.1)
         os.replace(longer / "summary.json", path / "summary.json")
 
-    writer = Beside(resume, path)
-    writer.start()
-    try:
-        assert watch(path, out=out, interval=0.02) == 0
-    finally:
-        writer.join()
+    assert watch_beside(resume, path, out, interval=0.02) == 0
     lines = out.getvalue().splitlines()
     epochs = [ln.split()[1] for ln in lines if ln.startswith("epoch ")]
     assert epochs == ["1/3", "2/3", "3/3", "1/5", "2/5", "3/5", "4/5", "5/5"]
@@ -324,12 +324,7 @@ def test_following_a_run_that_stopped_writing_says_so_once(tmp_path):
         RunDir(path).write_summary({"wall_seconds": 2.0, "private_acc": 0.9})
         os.utime(path / "metrics.jsonl", (old, old))  # the summary, not a record, came
 
-    writer = Beside(finish, path)
-    writer.start()
-    try:
-        assert watch(path, out=first, interval=0.02, stall=30) == 0
-    finally:
-        writer.join()
+    assert watch_beside(finish, path, first, interval=0.02, stall=30) == 0
     out = first.getvalue().splitlines()
     stalled = [ln for ln in out if ln.startswith("no new record")]
     assert stalled == ["no new record for 45 min: is the job still running? (still watching)"]
@@ -344,12 +339,7 @@ def test_following_a_run_that_stopped_writing_says_so_once(tmp_path):
         assert out.event.wait(timeout=60)
         RunDir(path).write_summary({"wall_seconds": 2.0})
 
-    writer = Beside(finish, path)
-    writer.start()
-    try:
-        assert watch(path, out=out, interval=0.02, stall=0.1) == 0
-    finally:
-        writer.join()
+    assert watch_beside(finish, path, out, interval=0.02, stall=0.1) == 0
     said = re.search(r"no new record for (\d+) s: is the job still running\?", out.getvalue())
     # in seconds, counted from the file's time: at least the 20 s it was set back
     assert said and 20 <= int(said.group(1)) < 60, out.getvalue()
@@ -434,12 +424,7 @@ def test_a_job_killed_outright_is_told_from_a_running_one_by_the_runs_lock(tmp_p
             time.sleep(0.1)  # polls that find the job running
             job.kill()  # SIGKILL: the kernel drops its lock
 
-        killer = Beside(kill, path)
-        killer.start()
-        try:
-            assert watch(path, out=out, interval=0.02) == 1
-        finally:
-            killer.join()
+        assert watch_beside(kill, path, out, interval=0.02) == 1
     finally:
         job.kill()
         job.wait(timeout=30)
