@@ -34,6 +34,7 @@ from fedsheaf.results import (
 from fedsheaf.resume import (
     GRAPH_COPY,
     check_resume,
+    check_same_data,
     load_run_config,
     resume_changes,
     resume_config,
@@ -219,9 +220,13 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
     and the run directory (read, never written). Raises the error the job would stop with."""
     cpu = torch.device("cpu")
     warnings = [ignored_warning(cfg)]
+    path = Path(cfg.output.dir) / cfg.run_name()
+    _check_run_path(cfg, path)  # the job checks it first, before loading any data
     if cfg.decentralized or cfg.hub_based:
         graph = hub_graph(cfg, n_ranks) if cfg.hub_based else experiment.build_graph(cfg, n_ranks)
         ds, part = experiment.load_and_partition(cfg)
+        if cfg.checkpoint.resume:
+            check_same_data(path, experiment.data_digest(ds), cfg.data.root)
         algorithm = agent_class(cfg)
         for agent in range(graph.n):
             data = experiment.agent_data(ds, part, agent, cpu)
@@ -261,13 +266,18 @@ def check_creatable(path: Path) -> None:
         )
 
 
-def _action(cfg: ExperimentConfig, n_ranks: int) -> str:
-    """What the job would do with its run directory (after :func:`check_run_dir`)."""
-    path = Path(cfg.output.dir) / cfg.run_name()
+def _check_run_path(cfg: ExperimentConfig, path: Path) -> None:
+    """What the job's first rank refuses of its run directory before anything else
+    (``claim_run_dir`` in the runtime), read only."""
     if run_lock.probe(path):  # as the job's lock refuses it, before reading anything
         raise run_lock.in_use(path.resolve(), run_lock.holder(path))
     check_run_dir(cfg, path)
     check_creatable(path)
+
+
+def _action(cfg: ExperimentConfig, n_ranks: int) -> str:
+    """What the job would do with its run directory (after :func:`_check_run_path`)."""
+    path = Path(cfg.output.dir) / cfg.run_name()
     held = [n for n in (*RUN_FILES, "checkpoints") if (path / n).exists()]
     if not cfg.checkpoint.resume:
         if held and cfg.output.overwrite:

@@ -309,6 +309,8 @@ def test_a_resume_on_data_files_that_changed_since_its_checkpoint_is_refused(tmp
         "output.overwrite=true"
     ]
     assert json.loads((run / "summary.json").read_text())["epoch"] == 2  # untouched
+    checked = _cli("check", "--resume", str(run), "train.epochs=3")  # finds it too
+    assert checked.returncode == 2 and checked.stderr == refused.stderr
     labels.write_bytes(kept)
     resumed = _cli("run", "--resume", str(run), "train.epochs=3")
     assert resumed.returncode == 0, resumed.stderr
