@@ -195,7 +195,8 @@ def singleton_hint(n_ranks: int) -> str:
     if n_ranks != 1 or not tasks.isdigit() or int(tasks) <= 1:
         return ""
     plugin = os.environ.get("SLURM_MPI_TYPE") or "the site default"
-    others = " or ".join(f"--mpi={p}" for p in ("pmix", "pmi2") if p != plugin)
+    family = plugin.split("_")[0]  # pmix_v4 is a pmix
+    others = " or ".join(f"--mpi={p}" for p in ("pmix", "pmi2") if p != family)
     return (
         f" (srun started {tasks} tasks, but MPI made each a job of its own: srun's --mpi "
         f"plugin, {plugin}, does not fit the MPI that mpi4py was built with; try "

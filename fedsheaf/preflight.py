@@ -221,12 +221,11 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
     cpu = torch.device("cpu")
     warnings = [ignored_warning(cfg)]
     path = Path(cfg.output.dir) / cfg.run_name()
-    _check_run_path(cfg, path)  # the job checks it first, before loading any data
+    check_run_path(cfg, path, hold=False)  # the job checks it first, before any data
     if cfg.decentralized or cfg.hub_based:
         graph = hub_graph(cfg, n_ranks) if cfg.hub_based else experiment.build_graph(cfg, n_ranks)
         ds, part = experiment.load_and_partition(cfg)
-        if cfg.checkpoint.resume:
-            check_same_data(path, experiment.data_digest(ds), cfg.data.root)
+        fingerprint_data(cfg, ds, path)
         algorithm = agent_class(cfg)
         for agent in range(graph.n):
             data = experiment.agent_data(ds, part, agent, cpu)
@@ -266,17 +265,43 @@ def check_creatable(path: Path) -> None:
         )
 
 
-def _check_run_path(cfg: ExperimentConfig, path: Path) -> None:
-    """What the job's first rank refuses of its run directory before anything else
-    (``claim_run_dir`` in the runtime), read only."""
-    if run_lock.probe(path):  # as the job's lock refuses it, before reading anything
-        raise run_lock.in_use(path.resolve(), run_lock.holder(path))
-    check_run_dir(cfg, path)
-    check_creatable(path)
+def check_run_path(cfg: ExperimentConfig, path: Path, hold: bool) -> str | None:
+    """What a job refuses of its run directory ``path`` before anything else, changing
+    nothing but (with ``hold``: the job's first rank) the lock, which an existing
+    directory takes first, so that nothing is read while another job writes into it;
+    without ``hold`` (``fedsheaf check``) a held lock is refused as the job would.
+
+    Returns, instead of checking, what to say when ``cfg`` resumes a run that has
+    already finished (:func:`finished_note`): read under the lock, so that a run that
+    finishes while a job starts is found finished, not extended to its own length.
+    """
+    if path.is_dir():
+        # refusals that read nothing a job writes come first: they leave no lock file
+        check_not_foreign(path)
+        check_run_files(path)
+        if hold:
+            run_lock.hold(path)
+        elif run_lock.probe(path):
+            raise run_lock.in_use(path.resolve(), run_lock.holder(path))
+    note = finished_note(cfg)
+    if note is None:
+        check_run_dir(cfg, path)
+        check_creatable(path)
+    return note
+
+
+def fingerprint_data(cfg: ExperimentConfig, ds: Dataset, path: Path) -> str:
+    """The fingerprint of the data set ``ds`` (:func:`fedsheaf.experiment.data_digest`),
+    which graph runs' checkpoints record; when resuming the run in ``path``, a data set
+    that differs from the one its checkpoints were trained on is refused."""
+    digest = experiment.data_digest(ds)
+    if cfg.checkpoint.resume:
+        check_same_data(path, digest, cfg.data.root)
+    return digest
 
 
 def _action(cfg: ExperimentConfig, n_ranks: int) -> str:
-    """What the job would do with its run directory (after :func:`_check_run_path`)."""
+    """What the job would do with its run directory (after :func:`check_run_path`)."""
     path = Path(cfg.output.dir) / cfg.run_name()
     held = [n for n in (*RUN_FILES, "checkpoints") if (path / n).exists()]
     if not cfg.checkpoint.resume:

@@ -109,10 +109,12 @@ def _terminated(signum: int, frame: object) -> None:
 
 
 def raise_on_sigterm() -> None:
-    """Make SIGTERM raise :class:`Terminated` in this process (from the main thread),
-    as SIGINT raises ``KeyboardInterrupt``: a supervisor killed outright would leave its
-    job running with nobody to wait for it."""
-    signal.signal(signal.SIGTERM, _terminated)
+    """Make SIGTERM and SIGHUP (a closed terminal, a dropped ssh session) raise
+    :class:`Terminated` in this process (from the main thread), as SIGINT raises
+    ``KeyboardInterrupt``: a supervisor killed outright would leave its job, which leads
+    a session of its own out of the terminal's reach, running with nobody to wait for it."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminated)
 
 
 def run_job(
@@ -149,4 +151,4 @@ def run_job(
 
 
 #: What interrupts a supervisor: ignored while it stops its job.
-STOPPING = (signal.SIGINT, signal.SIGTERM)
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from fedsheaf import run_lock
-from fedsheaf.errors import ConfigError, WriteError
+from fedsheaf.errors import ConfigError, WriteError, os_error
 
 
 def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]) -> Path:
@@ -47,9 +47,9 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]
         os.replace(tmp, path)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
-        if isinstance(exc, Exception) and not isinstance(exc, WriteError):
+        if not isinstance(exc, WriteError) and os_error(exc) is not None:
             raise WriteError(path, exc) from exc
-        raise
+        raise  # (a bug in ``write`` stays what it is)
     return path
 
 
@@ -238,7 +238,14 @@ def write_failure(path: Path, rank: int, error: str, since: float | None = None)
         finally:
             tmp.unlink(missing_ok=True)
     except Exception:  # the job is ending on another error already
-        return since is None or _first_to_lock(path / "config.yaml")
+        if since is None:
+            return True
+        try:  # another rank's failed.json fitted where this rank's copy does not
+            if target.stat().st_mtime >= since:
+                return False
+        except OSError:
+            pass
+        return _first_to_lock(path / "config.yaml")
 
 
 #: Descriptors of the locks :func:`_first_to_lock` won, held for the life of the process.

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 from fedsheaf import run_lock
 from fedsheaf.config import SERVER_BASED, read_yaml
 from fedsheaf.errors import ConfigError
-from fedsheaf.results import read_failure, read_json_object, read_stop
+from fedsheaf.results import FAILURE_FILE, STOP_FILE, read_failure, read_json_object, read_stop
 from fedsheaf.units import count, human_bytes
 
 #: ``watch``'s exit status for a run stopped on request (SIGUSR1), to be resumed.
@@ -266,13 +266,16 @@ def watch(
     tail, seen, warned = MetricsTail(run_dir / "metrics.jsonl"), 0, False
     config_stamp = _version(run_dir / "config.yaml")
     job_seen = False  # whether a job has been seen holding the run's lock
+    free_since: float | None = None  # since when no job has held it
     while True:
         # first: a job found gone here has written all it ever will before the reads below
         held = run_lock.probe(run_dir)
         # checked first: no record comes after either
         done = (run_dir / "summary.json").is_file()
-        failure = None if done else read_failure(run_dir)
-        stop = None if done or failure else read_stop(run_dir)
+        # an earlier launch's ending, which a resume holding the lock has yet to clear
+        stale = bool(held) and _older_than_lock(run_dir, FAILURE_FILE, STOP_FILE)
+        failure = None if done or stale else read_failure(run_dir)
+        stop = None if done or failure or stale else read_stop(run_dir)
         tail.poll()
         if tail.restarted:
             print(
@@ -313,7 +316,9 @@ def watch(
             return STOPPED
         unit = "round" if _family(cfg) == "server" else "epoch"
         state = f"{count(seen, unit)} so far" if seen else f"no {unit}s recorded yet"
-        if held is False and (once or job_seen):  # (None: cannot tell; keep watching)
+        free_since = (free_since or time.monotonic()) if held is False else None
+        # (None: cannot tell, keep watching; a rank may still be writing failed.json)
+        if free_since is not None and (once or job_seen and time.monotonic() - free_since > 2):
             print(_ended_line(run_dir, state, job_seen), file=out, flush=True)
             return 1
         job_seen = job_seen or bool(held)
@@ -329,6 +334,22 @@ def watch(
             )
         warned = quiet >= stall
         time.sleep(interval)
+
+
+def _older_than_lock(run_dir: Path, *names: str) -> bool:
+    """Whether the files ``names`` that exist in ``run_dir`` are all older than its lock
+    file, which the job holding it wrote as it took it."""
+    try:
+        locked = (run_dir / run_lock.LOCK_FILE).stat().st_mtime
+    except OSError:
+        return False
+    times = []
+    for name in names:
+        try:
+            times.append((run_dir / name).stat().st_mtime)
+        except OSError:
+            continue
+    return bool(times) and max(times) < locked
 
 
 def _ended_line(run_dir: Path, state: str, seen_running: bool) -> str:

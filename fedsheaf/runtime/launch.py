@@ -8,18 +8,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fedsheaf import checkpoint, experiment, run_lock
+from fedsheaf import checkpoint, experiment
 from fedsheaf.algorithms import DECENTRALIZED
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
 from fedsheaf.config import ExperimentConfig, dump_config
 from fedsheaf.data.partition import Partition
 from fedsheaf.data.sources import Dataset
-from fedsheaf.errors import FedsheafError
+from fedsheaf.errors import ConfigError, FedsheafError
 from fedsheaf.preflight import (
-    check_creatable,
-    check_run_dir,
+    check_run_path,
     describe_graph_run,
-    finished_note,
+    fingerprint_data,
     ignored_warning,
     refuse_unevaluated_end,
     resumable,
@@ -33,16 +32,15 @@ from fedsheaf.results import (
     STOP_FILE,
     RunDir,
     atomic_write_text,
-    check_not_foreign,
-    check_run_files,
 )
-from fedsheaf.resume import GRAPH_COPY, check_same_data, experiment_keys, load_run_config
+from fedsheaf.resume import GRAPH_COPY, experiment_keys, load_run_config
 from fedsheaf.runtime import stop_request
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import (
     World,
     choose_device,
     init_world,
+    leaving,
     note_run_dir,
     refuse_unusable_gpus,
 )
@@ -148,48 +146,24 @@ def run_decentralized(
 
 
 def claim_run_dir(cfg: ExperimentConfig, path: Path) -> str | None:
-    """Rank 0: refuse what :func:`open_run_dir` would refuse, changing nothing but the
-    lock. ``main`` calls it before the data are loaded (minutes, for a large data set),
-    so that a run directory in use, unfinished or not writable is refused at once.
-
-    An existing directory is locked first, so that nothing is read while another job
-    writes into it; this rank holds the lock until its process ends. Returns, instead of
-    checking, what to say when ``cfg`` resumes a run that has already finished
-    (:func:`~fedsheaf.preflight.finished_note`): read under the lock, so a run that
-    finishes while this job starts is found finished, not extended to its own length.
-    """
-    if path.is_dir():
-        # refusals that read nothing a job writes come first: they leave no lock file
-        check_not_foreign(path)
-        check_run_files(path)
-        run_lock.hold(path)
-    note = finished_note(cfg)
-    if note is None:
-        check_run_dir(cfg, path)
-        check_creatable(path)
-    return note
+    """Rank 0: :func:`~fedsheaf.preflight.check_run_path`, holding the lock until this
+    process ends. ``main`` calls it before the data are loaded (minutes, for a large data
+    set), so that a run directory in use, unfinished or not writable is refused at once."""
+    return check_run_path(cfg, path, hold=True)
 
 
 def check_data(world: World, cfg: ExperimentConfig, ds: Dataset, run_path: Path) -> str | None:
-    """Collectively: the fingerprint of the data set ``ds`` on rank 0 (None elsewhere),
-    for its checkpoints; when resuming, a data set that differs from the one the run's
-    checkpoints were trained on is refused (data files changed since)."""
-
-    def digest() -> str | None:
-        if not world.is_root:
-            return None
-        found = experiment.data_digest(ds)
-        if cfg.checkpoint.resume:
-            check_same_data(run_path, found, cfg.data.root)
-        return found
-
-    return world.agree(digest)
+    """Collectively: :func:`~fedsheaf.preflight.fingerprint_data` on rank 0 (None
+    elsewhere), which commits the checkpoints."""
+    return world.agree(lambda: fingerprint_data(cfg, ds, run_path) if world.is_root else None)
 
 
 def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
     """Rank 0: the run directory, once :func:`claim_run_dir` has found nothing against
     it (with ``output.overwrite``, an earlier run's checkpoints go)."""
-    claim_run_dir(cfg, path)  # again: the directory may have appeared since
+    note = claim_run_dir(cfg, path)  # again: the directory may have appeared since
+    if note is not None:  # finished by another job since the first look
+        raise ConfigError(note.removeprefix("fedsheaf: "))
     if not cfg.checkpoint.resume and cfg.output.overwrite:
         checkpoint.check_fresh_start(path, True)
     return RunDir(path, cfg.output.overwrite, extend=cfg.checkpoint.resume, lock=True)
@@ -346,6 +320,7 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
     note = world.bcast(claim)
     if note is not None:
         world.log(note)
+        leaving()
         return 0
     if cfg.train.device != "auto":
         world.device = world.agree(lambda: choose_device(cfg.train.device, world.local_rank))
@@ -372,6 +347,8 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
         # collective: the runtime's abort hook names this rank and ends the whole job.
         sys.excepthook(type(exc), exc, exc.__traceback__)
     except stop_request.StopRequested:  # on every rank at once, rank 0 has said so
+        leaving()
         return stop_request.STOPPED_EXIT
     world.barrier()
+    leaving()
     return 0

@@ -34,7 +34,7 @@ from mpi4py import MPI
 
 from fedsheaf.errors import FedsheafError
 from fedsheaf.hostinfo import threads_per_rank, unusable_gpus, usable_cpu_ids
-from fedsheaf.results import write_failure
+from fedsheaf.results import STOP_FILE, write_failure
 
 T = TypeVar("T")
 USER_ERROR_EXIT = 2
@@ -90,12 +90,40 @@ def install_abort_hook() -> None:
 ENDING_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+#: Set once this rank leaves on purpose (a stop on request, a refusal said already): a
+#: launcher then terminating the other ranks (srun --kill-on-bad-exit) is no failure.
+_LEAVING = False
+
+
+def leaving() -> None:
+    """Say that this rank is ending on purpose: SIGTERM or SIGINT from now on end it
+    without a note."""
+    global _LEAVING
+    _LEAVING = True
+
+
+def _ended_already() -> bool:
+    """Whether this job's run has already said how it ended (stopped.json, summary.json
+    written since this rank started)."""
+    for name in (STOP_FILE, "summary.json"):
+        try:
+            if _RUN_DIR is not None and (_RUN_DIR / name).stat().st_mtime >= _STARTED:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _end_on_signal(signum: int, frame: Any) -> None:
+    for sig in ENDING_SIGNALS:  # a second signal must not cut this one's note short
+        signal.signal(sig, signal.SIG_IGN)
     rank = MPI.COMM_WORLD.Get_rank()
     name = signal.Signals(signum).name
     error = f"terminated by {name} (the job was cancelled, or its launcher stopped)"
     try:  # quickly: a launcher that passes the signal on may kill the rank soon after
-        if _RUN_DIR is None:
+        if _LEAVING or _ended_already():
+            say = False
+        elif _RUN_DIR is None:
             say = rank == 0
         else:
             error += f"; to continue the run: fedsheaf run --resume {_RUN_DIR}"
@@ -121,7 +149,8 @@ def install_signal_ends() -> None:
     """
     if threading.current_thread() is threading.main_thread():
         for sig in ENDING_SIGNALS:
-            signal.signal(sig, _end_on_signal)
+            if signal.getsignal(sig) is not signal.SIG_IGN:  # (a background job's SIGINT)
+                signal.signal(sig, _end_on_signal)
 
 
 class UserErrorExit(SystemExit):
@@ -193,6 +222,7 @@ class World:
                     where = "" if len(ranks) == self.size else f" (rank {_ranks(shown)})"
                     sys.stderr.write(f"fedsheaf: error{where}: {msg}\n")
                 sys.stderr.flush()
+            leaving()
             raise UserErrorExit(USER_ERROR_EXIT)
         return result
 

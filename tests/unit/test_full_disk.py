@@ -96,3 +96,26 @@ def test_when_failed_json_cannot_be_written_one_rank_still_reports(tmp_path):
     third = subprocess.run(argv, cwd=REPO, input="", capture_output=True, text=True)
     assert third.stdout.strip() == "True"  # the first has ended: its lock went with it
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["config.yaml"]
+
+
+def test_a_bug_in_what_is_written_stays_a_bug_not_a_write_error(tmp_path):
+    import pytest
+
+    from fedsheaf.results import write_atomic
+
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        write_atomic(tmp_path / "x.json", lambda fh: fh.write(json.dumps(object()).encode()))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_rank_whose_failed_json_does_not_fit_leaves_it_to_the_one_whose_did(tmp_path):
+    (tmp_path / "config.yaml").write_text("name: x\n")
+    (tmp_path / "failed.json").write_text('{"rank": 1, "error": "disk full"}\n')  # it fitted
+    code = """
+        import time
+        from pathlib import Path
+        from fedsheaf.results import write_failure
+        print(write_failure(Path(sys.argv[1]), 2, "disk full", since=time.time() - 60))
+        """
+    proc = _limited(code, str(tmp_path), "0")
+    assert proc.stdout.strip() == "False", proc.stderr

@@ -211,3 +211,10 @@ def test_a_server_based_run_under_srun_singletons_gets_the_hint_too(monkeypatch)
 def test_no_singleton_hint_where_the_ranks_did_join(monkeypatch, tasks, ranks):
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", tasks)
     assert singleton_hint(ranks) == ""
+
+
+def test_the_singleton_hint_offers_the_other_plugin_family(monkeypatch):
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "4")
+    monkeypatch.setenv("SLURM_MPI_TYPE", "pmix_v4")
+    hint = singleton_hint(1)
+    assert "plugin, pmix_v4, does not fit" in hint and "try srun --mpi=pmi2 (" in hint

@@ -123,7 +123,7 @@ except (KeyboardInterrupt, Terminated) as exc:
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_supervisor_that_is_interrupted_stops_its_job_first(tmp_path, signum):
     ready = tmp_path / "ready"
     ready.mkdir()
@@ -146,7 +146,7 @@ def test_a_supervisor_that_is_interrupted_stops_its_job_first(tmp_path, signum):
             kill_session(supervisor)
     assert supervisor.returncode == 3, out
     assert out.strip() == "stopped: " + (
-        "Terminated" if signum == signal.SIGTERM else "KeyboardInterrupt"
+        "KeyboardInterrupt" if signum == signal.SIGINT else "Terminated"
     )
     # the workers, in process groups of their own, went with the launcher
     assert all(process_state(pid) in (None,) or process_state(pid)[0] == "Z" for pid in workers)

@@ -460,3 +460,22 @@ def test_a_damaged_line_is_said_by_watch_and_report_not_skipped_silently(tmp_pat
         "run's totals leave out those records (resuming the run rewrites the file from its "
         "checkpoint)\n"
     )
+
+
+def test_an_earlier_launchs_failed_json_is_stale_once_a_resume_holds_the_lock(tmp_path):
+    """A resume clears failed.json only once every rank has read its checkpoint; until
+    then, the lock it took (written as it took it) says that file is an earlier one's."""
+    from tests.unit.test_run_lock import _holder
+
+    path = make_decentralized(tmp_path, "run", epochs=4, seed=2, finished=False)
+    (path / "failed.json").write_text('{"rank": 3, "error": "terminated by SIGTERM"}\n')
+    old = time.time() - 60
+    os.utime(path / "failed.json", (old, old))
+    job = _holder(path)  # the resume, starting
+    try:
+        assert _watch(path, once=True)[-1] == "running: 4 epochs so far"
+    finally:
+        job.communicate("", timeout=30)
+    out = io.StringIO()
+    assert watch(path, once=True, out=out) == 1  # it ended without clearing it
+    assert out.getvalue().splitlines()[-1] == "failed on rank 3: terminated by SIGTERM"
