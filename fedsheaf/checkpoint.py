@@ -184,20 +184,23 @@ def commit(
     return Checkpoint(Path(run_dir), epoch, n_ranks)
 
 
-def recorded_experiment(run_dir: str | Path) -> dict[str, Any] | None:
-    """The settings the newest checkpoints were written under (None: none recorded, as in
-    checkpoints from before fedsheaf recorded them)."""
+def _recorded(run_dir: str | Path, key: str, kind: type) -> Any:
+    """The manifest's ``key`` if it is a ``kind`` (None: not recorded, as in checkpoints
+    from before fedsheaf recorded it)."""
     manifest = _read_manifest(run_dir)
-    found = manifest.get("experiment") if manifest else None
-    return found if isinstance(found, dict) else None
+    found = manifest.get(key) if manifest else None
+    return found if isinstance(found, kind) else None
+
+
+def recorded_experiment(run_dir: str | Path) -> dict[str, Any] | None:
+    """The settings the newest checkpoints were written under (None: none recorded)."""
+    return _recorded(run_dir, "experiment", dict)
 
 
 def recorded_data(run_dir: str | Path) -> str | None:
     """The fingerprint of the data set the newest checkpoints were trained on (None: not
-    recorded: a server-based run, or checkpoints from before fedsheaf recorded it)."""
-    manifest = _read_manifest(run_dir)
-    found = manifest.get("data") if manifest else None
-    return found if isinstance(found, str) else None
+    recorded, as by server-based runs)."""
+    return _recorded(run_dir, "data", str)
 
 
 def forget_after(run_dir: str | Path, epoch: int) -> None:

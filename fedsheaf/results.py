@@ -14,7 +14,6 @@ Layout of a run directory::
 from __future__ import annotations
 
 import datetime
-import fcntl
 import json
 import math
 import os
@@ -211,7 +210,7 @@ def write_failure(path: Path, rank: int, error: str, since: float | None = None)
     fail together, e.g. all diverging at one step, report once); an older one, from an
     earlier launch, is replaced. Without ``since``, every rank reports; where nothing can
     be written (a full disk), the first rank to lock the run's ``config.yaml`` does
-    (:func:`_first_to_lock`)."""
+    (:func:`fedsheaf.run_lock.first_to_lock`)."""
     if not path.is_dir():
         return True
     target = path / FAILURE_FILE
@@ -245,32 +244,7 @@ def write_failure(path: Path, rank: int, error: str, since: float | None = None)
                 return False
         except OSError:
             pass
-        return _first_to_lock(path / "config.yaml")
-
-
-#: Descriptors of the locks :func:`_first_to_lock` won, held for the life of the process.
-_ELECTED: list[int] = []
-
-
-def _first_to_lock(path: Path) -> bool:
-    """Whether this process is the first of its job to lock the existing file ``path``
-    (a lock takes no disk space): the one to report an error that ends the job when
-    ``failed.json`` cannot be written. The lock is held until the process ends; one
-    that cannot be taken at all (no such file, no locks) makes every rank report."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return False
-    except OSError:
-        os.close(fd)
-        return True
-    _ELECTED.append(fd)
-    return True
+        return run_lock.first_to_lock(path / "config.yaml")
 
 
 def read_failure(path: Path) -> dict[str, Any] | None:

@@ -150,6 +150,36 @@ def holder(run_dir: str | Path) -> str:
         return ""
 
 
+#: Descriptors of the locks :func:`first_to_lock` won, held for the life of the process.
+_ELECTED: list[int] = []
+
+
+def first_to_lock(path: Path) -> bool:
+    """Whether this process is the first of its job to lock the existing file ``path``
+    (a lock takes no disk space): the one to report an error that ends the job when
+    ``failed.json`` cannot be written. The lock is held until the process ends; one
+    that cannot be taken at all (no such file, no locks) makes every rank report."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    except OSError:
+        os.close(fd)
+        return True
+    _ELECTED.append(fd)
+    return True
+
+
+def held(run_dir: str | Path) -> bool:
+    """Whether this process holds ``run_dir``'s lock (:func:`hold`)."""
+    return Path(run_dir).resolve() in _HELD
+
+
 def _open(lock_path: Path) -> int | None:
     """A descriptor on the lock file (made if missing; its mode follows the umask), read
     only where it may not be written (flock needs no write access); None if neither."""

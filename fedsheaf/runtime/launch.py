@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fedsheaf import checkpoint, experiment
+from fedsheaf import checkpoint, experiment, run_lock
 from fedsheaf.algorithms import DECENTRALIZED
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
 from fedsheaf.config import ExperimentConfig, dump_config
@@ -161,9 +161,10 @@ def check_data(world: World, cfg: ExperimentConfig, ds: Dataset, run_path: Path)
 def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
     """Rank 0: the run directory, once :func:`claim_run_dir` has found nothing against
     it (with ``output.overwrite``, an earlier run's checkpoints go)."""
-    note = claim_run_dir(cfg, path)  # again: the directory may have appeared since
-    if note is not None:  # finished by another job since the first look
-        raise ConfigError(note.removeprefix("fedsheaf: "))
+    if not run_lock.held(path):  # it did not exist at the first look: it may now
+        note = claim_run_dir(cfg, path)
+        if note is not None:  # finished by another job since the first look
+            raise ConfigError(note.removeprefix("fedsheaf: "))
     if not cfg.checkpoint.resume and cfg.output.overwrite:
         checkpoint.check_fresh_start(path, True)
     return RunDir(path, cfg.output.overwrite, extend=cfg.checkpoint.resume, lock=True)
