@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import io
 import os
+import re
 import signal
 import sys
 import time
@@ -68,14 +70,42 @@ SUBCOMMANDS = [
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with a hint after "unrecognized arguments" where one helps."""
+    """argparse whose errors are one line, naming the (sub)command and its ``--help``.
+
+    argparse prints the usage and the error on two lines, and an unknown option after a
+    subcommand (``fedsheaf check x.yaml --zzz``) under the top level's usage
+    (``usage: fedsheaf [-h] [--version] COMMAND ...``), which does not help.
+    """
 
     hint = ""
+    commands: dict[str, argparse.ArgumentParser]
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        command = getattr(self, "commands", {}).get(getattr(parsed, "command", None))
+        if extras and command is not None:  # the subcommand's own words, not the top's
+            command.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
 
     def error(self, message: str) -> NoReturn:
         if message.startswith("unrecognized arguments") and self.hint:
             message = f"{message} ({self.hint})"
-        super().error(message)
+        elif message.startswith("argument COMMAND: invalid choice"):
+            message = unknown_command(message, list(getattr(self, "commands", {})))
+        self.exit(2, f"{self.prog}: error: {message}; `{self.prog} --help` says more\n")
+
+
+def unknown_command(message: str, names: list[str]) -> str:
+    """argparse's "invalid choice" for a subcommand, as "unknown command" with a guess."""
+    found = re.search(r"invalid choice: '([^']*)'", message)
+    if not found:
+        return message
+    given = found.group(1)
+    close = difflib.get_close_matches(given, names, n=1)
+    guess = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"unknown command '{given}'{guess}; the commands: {', '.join(names)}"
 
 
 #: What ``fedsheaf run`` says about an option it does not know (``--epochs 3``).
@@ -92,7 +122,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for importing the report, bench and theory modules (matplotlib, …).
     """
     parser = _Parser(prog="fedsheaf", description="MPI-native federated representation learning.")
-    parser.hint = RUN_HINT if command == "run" else ""
     parser.add_argument("--version", action="version", version=f"fedsheaf {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -121,9 +150,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="config overrides, e.g. train.epochs=3 sheaf.lam=0.1",
     )
     run.set_defaults(func=_run)
+    run.hint = RUN_HINT
+    parser.commands = {"run": run}
 
     for name, module, configure, run_fn, text in SUBCOMMANDS:
         p = sub.add_parser(name, help=text)
+        parser.commands[name] = p
         if command is None or command == name:
             mod = importlib.import_module(module)
             getattr(mod, configure)(p)

@@ -45,7 +45,30 @@ def test_top_level_help_lists_every_command_and_unknown_ones_fail(capsys):
     with pytest.raises(SystemExit) as done:
         cli.main(["bogus"])
     assert done.value.code == 2
-    assert "invalid choice: 'bogus'" in capsys.readouterr().err
+    assert "fedsheaf: error: unknown command 'bogus'; the commands: run, check," in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["runn"], "fedsheaf: error: unknown command 'runn' (did you mean 'run'?)"),
+        (["check", "x.yaml", "--zzz"], "fedsheaf check: error: unrecognized arguments: --zzz"),
+        (["report"], "fedsheaf report: error: the following arguments are required: paths"),
+        (["graph", "build"], "fedsheaf graph build: error: the following arguments"),
+        (["run", "--resume"], "fedsheaf run: error: argument --resume: expected one argument"),
+    ],
+)
+def test_argument_errors_are_one_line_naming_the_command(argv, said, capsys):
+    """argparse would print its usage first, and an unknown option after a subcommand under
+    the top level's usage (``fedsheaf [-h] [--version] COMMAND ...``)."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.count("\n") == 1 and err.startswith(said), err
+    command = said.split(": error")[0]
+    assert err.endswith(f"`{command} --help` says more\n"), err
 
 
 def test_a_full_parser_still_builds(capsys):
