@@ -1,5 +1,3 @@
-import sys
+from fedsheaf.cli import entry
 
-from fedsheaf.cli import main
-
-sys.exit(main())
+entry()

@@ -271,5 +271,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def entry() -> NoReturn:
+    """The ``fedsheaf`` program (its console script and ``python -m fedsheaf``):
+    :func:`main`, after which a rank of a job leaves without the interpreter's teardown
+    (:func:`fedsheaf.runtime.world.exit_at_once`: seconds on a laptop full of ranks)."""
+    code = main()
+    if "fedsheaf.runtime.world" in sys.modules:  # a rank of `fedsheaf run`: MPI is up
+        from fedsheaf.runtime.world import exit_at_once
+
+        exit_at_once(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -17,7 +17,7 @@ from fedsheaf.bench.decentralized import CASES as DECENTRALIZED_CASES
 from fedsheaf.bench.pilot_cost import CASES as PILOT_CASES
 from fedsheaf.bench.ranks import environment
 from fedsheaf.results import atomic_write_json
-from fedsheaf.runtime.world import init_world, refuse_unusable_gpus
+from fedsheaf.runtime.world import exit_at_once, init_world, refuse_unusable_gpus
 
 CASES = {**DECENTRALIZED_CASES, **PILOT_CASES, **CLIENT_CASES}
 
@@ -43,4 +43,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_at_once(main())
