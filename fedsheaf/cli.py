@@ -274,8 +274,14 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> NoReturn:
     """The ``fedsheaf`` program (its console script and ``python -m fedsheaf``):
     :func:`main`, after which a rank of a job leaves without the interpreter's teardown
-    (:func:`fedsheaf.runtime.world.exit_at_once`: seconds on a laptop full of ranks)."""
-    code = main()
+    (:func:`fedsheaf.runtime.world.exit_at_once`: seconds on a laptop full of ranks),
+    whether it ends as usual, stopped, or refused on a user error that all ranks agreed on."""
+    try:
+        code = main()
+    except SystemExit as exc:  # argparse's (no MPI yet), or a refusal all ranks agreed on
+        if "fedsheaf.runtime.world" not in sys.modules or not isinstance(exc.code, int):
+            raise
+        code = exc.code
     if "fedsheaf.runtime.world" in sys.modules:  # a rank of `fedsheaf run`: MPI is up
         from fedsheaf.runtime.world import exit_at_once
 

@@ -245,7 +245,7 @@ def test_argument_errors_reach_the_user_under_mpiexec(mpirun):
     exiting, or mpiexec may end rank 0 before it has said why (1 launch in 20 did: one
     launch per case shows that only rank 0 prints, not that the race is gone)."""
     for argv, words in (
-        (["trian", "x"], "unknown command 'trian' (did you mean 'run'?)"),
+        (["trian", "x"], "unknown command 'trian'"),
         (["run", "configs/quickstart.yaml", "--epochs", "3"], "unrecognized arguments: --epochs"),
     ):
         proc = mpirun(4, ["-m", "fedsheaf", *argv])
