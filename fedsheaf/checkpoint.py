@@ -160,7 +160,7 @@ def commit(
     among the ``keep`` newest listed epochs nor newer than ``epoch`` are deleted.
     ``experiment``: the settings the checkpoints were written under
     (:func:`fedsheaf.resume.experiment_keys`), for :func:`recorded_experiment`; ``data``:
-    the data set's fingerprint (:func:`fedsheaf.experiment.data_digest`), for
+    the data set's fingerprint (:func:`fedsheaf.data.sources.data_digest`), for
     :func:`recorded_data`.
     """
     manifest = _read_manifest(run_dir)

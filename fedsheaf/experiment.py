@@ -7,7 +7,6 @@ travelling over MPI.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Any
 
@@ -23,21 +22,6 @@ from fedsheaf.hostinfo import singleton_hint
 from fedsheaf.models.encoders import AgentModel, build_agent_model
 from fedsheaf.seeding import derive_seed
 from fedsheaf.units import count
-
-
-def data_digest(ds: Dataset) -> str:
-    """A fingerprint of the data set's contents (samples and labels, after loading and
-    ``data.limit``): what checkpoints record, so that a resume can tell data files that
-    changed since (a resume may read them from another ``data.root``)."""
-    h = hashlib.blake2b(digest_size=16)
-    # the samples on a grid of 1/1024: a last-bit difference in how another torch
-    # normalises the pixels does not move them (a channel's samples take at most 256
-    # values, none of them near a rounding boundary of the grid in practice)
-    h.update(str((tuple(ds.y.shape), tuple(ds.x.shape))).encode())
-    h.update(ds.y.cpu().contiguous().numpy())
-    for chunk in ds.x.split(4096):  # in chunks: no copy of the whole data set at once
-        h.update(torch.round(chunk.cpu() * 1024).to(torch.int32).contiguous().numpy())
-    return h.hexdigest()
 
 
 def build_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:

@@ -20,7 +20,7 @@ from fedsheaf.algorithms import agent_class
 from fedsheaf.algorithms.federated import FEDERATED
 from fedsheaf.algorithms.federated.protocol import n_selected
 from fedsheaf.config import ExperimentConfig, load_config
-from fedsheaf.data.sources import Dataset
+from fedsheaf.data.sources import Dataset, data_digest
 from fedsheaf.errors import ConfigError
 from fedsheaf.graphs import Graph, load_graph
 from fedsheaf.hostinfo import singleton_hint
@@ -225,7 +225,7 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
     if cfg.decentralized or cfg.hub_based:
         graph = hub_graph(cfg, n_ranks) if cfg.hub_based else experiment.build_graph(cfg, n_ranks)
         ds, part = experiment.load_and_partition(cfg)
-        fingerprint_data(cfg, ds, path)
+        fingerprint_data(cfg, data_digest(ds), path)
         algorithm = agent_class(cfg)
         for agent in range(graph.n):
             data = experiment.agent_data(ds, part, agent, cpu)
@@ -239,6 +239,7 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
         fc = cfg.federated
         task = FEDERATED[cfg.algorithm](fc).make_task(cfg)
         task.check(n_ranks)
+        fingerprint_data(cfg, task.fingerprint(), path)
         task.load_clients([0], cpu)
         task.build_model()
         run = (
@@ -290,11 +291,11 @@ def check_run_path(cfg: ExperimentConfig, path: Path, hold: bool) -> str | None:
     return note
 
 
-def fingerprint_data(cfg: ExperimentConfig, ds: Dataset, path: Path) -> str:
-    """The fingerprint of the data set ``ds`` (:func:`fedsheaf.experiment.data_digest`),
-    which graph runs' checkpoints record; when resuming the run in ``path``, a data set
-    that differs from the one its checkpoints were trained on is refused."""
-    digest = experiment.data_digest(ds)
+def fingerprint_data(cfg: ExperimentConfig, digest: str, path: Path) -> str:
+    """``digest``, the fingerprint of the data the run trains on
+    (:func:`fedsheaf.data.sources.data_digest`), which its checkpoints record; when
+    resuming the run in ``path``, data that differ from those its checkpoints were
+    trained on are refused."""
     if cfg.checkpoint.resume:
         check_same_data(path, digest, cfg.data.root)
     return digest

@@ -164,7 +164,7 @@ def edited_since_checkpoint(run_dir: Path, cfg: ExperimentConfig) -> list[str]:
 
 def check_same_data(run_dir: Path, digest: str, root: str) -> None:
     """Refuse to resume ``run_dir`` on a data set other than the one its checkpoints were
-    trained on (``digest``: :func:`fedsheaf.experiment.data_digest` of the data loaded
+    trained on (``digest``: :func:`fedsheaf.data.sources.data_digest` of the data loaded
     now from ``root``); nothing to compare where none was recorded."""
     recorded = checkpoint.recorded_data(run_dir)
     if recorded is not None and recorded != digest:

@@ -12,10 +12,12 @@ so the returned tensors are shared: treat them as read-only.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -273,3 +275,26 @@ def _load_torchvision(key: str, root: Path, split: str, download: bool) -> Datas
             f"{', '.join(str(p) for p in expected_files(key, root, split))}"
         )
     return Dataset(key, _normalise(x01, info), y, info.n_classes)
+
+
+class Samples(Protocol):
+    """What :func:`data_digest` reads: samples ``x`` and their labels or targets ``y``."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def data_digest(ds: Samples) -> str:
+    """A fingerprint of a data set's contents (samples and labels or targets, after
+    loading and ``data.limit``): what checkpoints record, so that a resume can tell data
+    files that changed since (a resume may read them from another ``data.root``)."""
+    h = hashlib.blake2b(digest_size=16)
+    # the samples (and real-valued targets) on a grid of 1/1024: a last-bit difference in
+    # how another torch normalises the pixels does not move them (a channel's samples
+    # take at most 256 values, none of them near a rounding boundary of the grid in practice)
+    h.update(str((tuple(ds.y.shape), tuple(ds.x.shape))).encode())
+    y = ds.y.cpu()
+    h.update((torch.round(y * 1024).to(torch.int64) if y.is_floating_point() else y).numpy())
+    for chunk in ds.x.split(4096):  # in chunks: no copy of the whole data set at once
+        h.update(torch.round(chunk.cpu() * 1024).to(torch.int32).contiguous().numpy())
+    return h.hexdigest()

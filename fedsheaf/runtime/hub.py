@@ -96,7 +96,7 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
         world.agree(lambda: None)
     run_path = Path(cfg.output.dir) / cfg.run_name()
     digest = check_data(world, cfg, ds, run_path)
-    world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
+    world.agree(lambda: open_run_dir(cfg, run_path), root_only=True)
     loaded = load_latest(world, cfg, run_path) if cfg.checkpoint.resume else None
 
     ctx = HubContext(

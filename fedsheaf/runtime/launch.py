@@ -13,7 +13,7 @@ from fedsheaf.algorithms import DECENTRALIZED
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
 from fedsheaf.config import ExperimentConfig, dump_config
 from fedsheaf.data.partition import Partition
-from fedsheaf.data.sources import Dataset
+from fedsheaf.data.sources import Dataset, data_digest
 from fedsheaf.errors import ConfigError, FedsheafError
 from fedsheaf.preflight import (
     check_run_path,
@@ -82,7 +82,7 @@ def run_decentralized(
     # leaves a run that output.overwrite=true would replace as it was
     algo = world.agree(lambda: (make or DECENTRALIZED[cfg.algorithm])(agent, nbr, recorder))
     if job is world:
-        run_dir = world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
+        run_dir = world.agree(lambda: open_run_dir(cfg, run_path), root_only=True)
     else:  # the job checked it (and may have written its server's checkpoints since)
         run_dir = RunDir(run_path, extend=cfg.checkpoint.resume) if world.is_root else None
     recorder.run_dir = run_dir
@@ -155,7 +155,7 @@ def claim_run_dir(cfg: ExperimentConfig, path: Path) -> str | None:
 def check_data(world: World, cfg: ExperimentConfig, ds: Dataset, run_path: Path) -> str | None:
     """Collectively: :func:`~fedsheaf.preflight.fingerprint_data` on rank 0 (None
     elsewhere), which commits the checkpoints."""
-    return world.agree(lambda: fingerprint_data(cfg, ds, run_path) if world.is_root else None)
+    return world.agree(lambda: fingerprint_data(cfg, data_digest(ds), run_path), root_only=True)
 
 
 def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
@@ -211,9 +211,7 @@ def load_latest(job: World, cfg: ExperimentConfig, run_path: Path) -> Loaded:
     score window).
     """
     length, unit, _ = run_length(cfg)
-    candidates = job.bcast(
-        job.agree(lambda: resumable(cfg, run_path, job.size) if job.is_root else None)
-    )
+    candidates = job.bcast(job.agree(lambda: resumable(cfg, run_path, job.size), root_only=True))
     problems = []
     for ckpt in candidates:
         try:
@@ -236,7 +234,7 @@ def load_latest(job: World, cfg: ExperimentConfig, run_path: Path) -> Loaded:
         def unreadable() -> None:
             raise checkpoint.none_readable(run_path, problems[0])
 
-        job.agree(unreadable if job.is_root else lambda: None)
+        job.agree(unreadable, root_only=True)
     return None, None
 
 
@@ -317,7 +315,7 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
     if warning is not None:
         world.log(warning)
     run_path = Path(cfg.output.dir) / cfg.run_name()
-    claim = world.agree(lambda: claim_run_dir(cfg, run_path) if world.is_root else None)
+    claim = world.agree(lambda: claim_run_dir(cfg, run_path), root_only=True)
     note = world.bcast(claim)
     if note is not None:
         world.log(note)
@@ -328,7 +326,7 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
     else:  # a collective: every rank takes part, whichever device it found
         world.agree(lambda: refuse_unusable_gpus() if world.device.type == "cpu" else None)
     if cfg.data.download:  # rank 0 first, alone; then one rank per node (node-local roots)
-        world.agree(lambda: experiment.fetch_data(cfg) if world.is_root else None)
+        world.agree(lambda: experiment.fetch_data(cfg), root_only=True)
         if world.local_size < world.size:  # several nodes
             first_on_node = world.local_rank == 0 and not world.is_root
             world.agree(lambda: experiment.fetch_data(cfg) if first_on_node else None)

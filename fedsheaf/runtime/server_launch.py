@@ -88,7 +88,7 @@ from fedsheaf.algorithms.federated.task import Task
 from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.config import ExperimentConfig
 from fedsheaf.errors import ConfigError
-from fedsheaf.preflight import per_round
+from fedsheaf.preflight import fingerprint_data, per_round
 from fedsheaf.results import RunDir
 from fedsheaf.runtime.launch import checkpointer, load_latest, open_run_dir, settle_config
 from fedsheaf.runtime.star import NO_CLIENT, Star
@@ -422,10 +422,13 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     algorithm = FEDERATED[cfg.algorithm](fc)
     task = algorithm.make_task(cfg)
     world.agree(lambda: task.check(world.size))
+    run_path = Path(cfg.output.dir) / cfg.run_name()
+    digest = world.agree(
+        lambda: fingerprint_data(cfg, task.fingerprint(), run_path), root_only=True
+    )
     star = Star(world.comm)
     runner = build_runner(cfg, world, task, star)
-    run_path = Path(cfg.output.dir) / cfg.run_name()
-    run_dir = world.agree(lambda: open_run_dir(cfg, run_path) if world.is_root else None)
+    run_dir = world.agree(lambda: open_run_dir(cfg, run_path), root_only=True)
     rounds = Rounds(cfg, star, runner, run_dir, task)
     per_rank = -(-fc.clients // star.n_workers)
     moved = rounds.moves
@@ -461,7 +464,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
             out[clock.KEY] = clock.total()
         return out
 
-    history = rounds.run(checkpointer(cfg, world, run_path, state))
+    history = rounds.run(checkpointer(cfg, world, run_path, state, digest))
     star.close()
     elapsed = clock.stop()
     if not world.is_root or run_dir is None:

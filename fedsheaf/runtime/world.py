@@ -225,18 +225,20 @@ class World:
         """Whether ``flag`` is true on any rank (collective)."""
         return bool(self.comm.allreduce(bool(flag), op=MPI.LOR))
 
-    def agree(self, fn: Callable[[], T]) -> T:
+    def agree(self, fn: Callable[[], T], root_only: bool = False) -> T:
         """Run ``fn`` on every rank; if it raises a user error anywhere, stop everywhere.
 
         Rank 0 prints each distinct message once (with the ranks it came from)
         and every rank raises :class:`UserErrorExit` (status 2). This is how
         validation of config, graph, rank count and data files stays to one
-        readable message instead of one traceback per rank.
+        readable message instead of one traceback per rank. With ``root_only``, ``fn``
+        runs on rank 0 alone (the others return None) and checks the job's business (its
+        run directory, its data's fingerprint): its error is said without a rank.
         """
         error: str | None = None
         result: Any = None
         try:
-            result = fn()
+            result = fn() if self.is_root or not root_only else None
         except FedsheafError as exc:
             error = str(exc)
         errors = self.comm.allgather(error)
@@ -248,7 +250,8 @@ class World:
                         by_msg.setdefault(e, []).append(r)
                 for msg, ranks in by_msg.items():
                     shown = [r + self.first_rank for r in ranks]
-                    where = "" if len(ranks) == self.size else f" (rank {_ranks(shown)})"
+                    everywhere = root_only or len(ranks) == self.size
+                    where = "" if everywhere else f" (rank {_ranks(shown)})"
                     sys.stderr.write(f"fedsheaf: error{where}: {msg}\n")
                 sys.stderr.flush()
             leaving()

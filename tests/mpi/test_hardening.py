@@ -278,9 +278,9 @@ def test_a_run_file_that_is_a_directory_is_refused_before_overwrite_removes_anyt
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # checkpoints kept
 
 
-def test_a_resume_on_data_files_that_changed_since_its_checkpoint_is_refused(tmp_path):
-    """Checkpoints record a fingerprint of the data set: labels edited in place (valid
-    values, so loading succeeds) would silently mix two data sets into one run."""
+def _small_fashionmnist(tmp_path: Path, classes: int) -> Path:
+    """A FashionMNIST root of 300 + 60 random images in the real on-disk format, labels
+    below ``classes``; returns the train labels' file."""
     import numpy as np
 
     from tests.unit.test_data_sources import _write_idx
@@ -288,30 +288,91 @@ def test_a_resume_on_data_files_that_changed_since_its_checkpoint_is_refused(tmp
     raw = tmp_path / "data" / "FashionMNIST" / "raw"
     rng = np.random.default_rng(0)
     for prefix, n in (("train", 300), ("t10k", 60)):
-        _write_idx(raw, prefix, rng.integers(0, 256, (n, 28, 28)), rng.integers(0, 3, n))
+        _write_idx(raw, prefix, rng.integers(0, 256, (n, 28, 28)), rng.integers(0, classes, n))
+    return raw / "train-labels-idx1-ubyte"
+
+
+def _changed_labels(labels: Path, classes: int) -> bytes:
+    """Edit 50 labels of ``labels`` in place (valid values, so loading succeeds); returns
+    the file as it was."""
+    kept = labels.read_bytes()
+    edited = bytearray(kept)
+    edited[8:58] = bytes((b + 1) % classes for b in kept[8:58])  # after the header
+    labels.write_bytes(bytes(edited))
+    return kept
+
+
+def _refused_for_data(refused: subprocess.CompletedProcess[str], run: Path, root: Path) -> str:
+    """The one line that refuses a resume of ``run`` on changed data (beside which
+    ``mpiexec`` may add its banner); returns it."""
+    said = (
+        f"fedsheaf: error: cannot resume {run}: the data set loaded from data.root="
+        f"{root} differs from the one its checkpoints were trained on (its "
+        "files have changed since); resume with the same data, or start over with "
+        "output.overwrite=true\n"
+    )
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.count("fedsheaf: error") == 1 and said in refused.stderr, refused.stderr
+    return said
+
+
+def test_a_resume_on_data_files_that_changed_since_its_checkpoint_is_refused(tmp_path):
+    """Checkpoints record a fingerprint of the data set: labels edited in place (valid
+    values, so loading succeeds) would silently mix two data sets into one run."""
+    labels = _small_fashionmnist(tmp_path, 3)
     data = {"dataset": "fashionmnist", "root": str(tmp_path / "data"), "limit": 300}
     train = {"epochs": 2, "steps_per_epoch": 2}
     config = _config(tmp_path, "fp", _graph(tmp_path, "g1", [0], []), data=data, train=train)
     first = _cli("run", config)
     assert first.returncode == 0, first.stderr
     run = tmp_path / "runs" / "fp-sheaf_frl-seed0"
-    labels = raw / "train-labels-idx1-ubyte"
-    kept = labels.read_bytes()
-    edited = bytearray(kept)
-    edited[8:58] = bytes((b + 1) % 3 for b in kept[8:58])  # 50 labels, after the header
-    labels.write_bytes(bytes(edited))
+    kept = _changed_labels(labels, 3)
     refused = _cli("run", "--resume", str(run), "train.epochs=3")
-    assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert refused.stderr.strip().splitlines() == [
-        f"fedsheaf: error: cannot resume {run}: the data set loaded from data.root="
-        f"{tmp_path / 'data'} differs from the one its checkpoints were trained on (its "
-        "files have changed since); resume with the same data, or start over with "
-        "output.overwrite=true"
-    ]
+    said = _refused_for_data(refused, run, tmp_path / "data")
+    assert refused.stderr == said
     assert json.loads((run / "summary.json").read_text())["epoch"] == 2  # untouched
     checked = _cli("check", "--resume", str(run), "train.epochs=3")  # finds it too
-    assert checked.returncode == 2 and checked.stderr == refused.stderr
+    assert checked.returncode == 2 and checked.stderr == said
     labels.write_bytes(kept)
     resumed = _cli("run", "--resume", str(run), "train.epochs=3")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((run / "summary.json").read_text())["epoch"] == 3
+
+
+def test_a_server_run_resumed_on_changed_data_files_is_refused(mpirun, tmp_path):
+    """Server-based runs record the fingerprint of both splits their clients are cut from
+    (the server computes it: every rank loads the splits, none keeps them whole)."""
+    labels = _small_fashionmnist(tmp_path, 10)
+    config = tmp_path / "fedavg.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "fp",
+                "algorithm": "fedavg",
+                "data": {"dataset": "fashionmnist", "root": str(tmp_path / "data")},
+                "train": {"batch_size": 10},
+                "federated": {
+                    "clients": 2,
+                    "classes_per_client": 5,
+                    "train_per_client": 20,
+                    "test_per_client": 5,
+                    "rounds": 1,
+                },
+                "output": {"dir": str(tmp_path / "runs")},
+            }
+        )
+    )
+    first = mpirun(2, ["-m", "fedsheaf", "run", str(config)])
+    assert first.returncode == 0, first.stderr
+    run = tmp_path / "runs" / "fp-fedavg-seed0"
+    recorded = json.loads((run / "checkpoints" / "latest.json").read_text())["data"]
+    assert len(recorded.split("+")) == 2  # train and test
+    kept = _changed_labels(labels, 10)
+    refused = mpirun(2, ["-m", "fedsheaf", "run", "--resume", str(run), "federated.rounds=2"])
+    said = _refused_for_data(refused, run, tmp_path / "data")  # said without a rank
+    checked = _cli("check", "-n", "2", "--resume", str(run), "federated.rounds=2")
+    assert checked.returncode == 2 and checked.stderr == said
+    labels.write_bytes(kept)
+    resumed = mpirun(2, ["-m", "fedsheaf", "run", "--resume", str(run), "federated.rounds=2"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert [r["round"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from fedsheaf.algorithms.federated.base import FedAvg
-from fedsheaf.algorithms.federated.head_data import load_regression_clients
+from fedsheaf.algorithms.federated.head_data import load_regression_clients, regression_splits
 from fedsheaf.algorithms.federated.head_gram import (
     GramTracker,
     instance_from_rows,
@@ -33,7 +33,7 @@ from fedsheaf.algorithms.federated.task import Task
 from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.checkpoint import CheckpointError
 from fedsheaf.config import ExperimentConfig
-from fedsheaf.data.sources import dataset_shape
+from fedsheaf.data.sources import Samples, dataset_shape
 from fedsheaf.errors import ConfigError
 from fedsheaf.ranks import check_ranks
 from fedsheaf.seeding import derive_seed
@@ -99,6 +99,9 @@ class HeadTask(Task):
             )
         if hc.data == "geo" and dataset_shape(cfg.data.dataset)[1] < 8:
             raise ConfigError(f"head.data=geo needs images of at least 8x8 ({cfg.data.dataset})")
+
+    def data_splits(self) -> tuple[Samples, Samples]:
+        return regression_splits(self.cfg)
 
     def load_clients(self, clients: Sequence[int], device: torch.device) -> dict[int, ClientData]:
         data = load_regression_clients(self.cfg, clients, device)

@@ -58,9 +58,14 @@ def check_setup(cfg: ExperimentConfig, n_ranks: int) -> None:
         )
 
 
-def _split(cfg: ExperimentConfig, split: str) -> Dataset:
+def data_splits(cfg: ExperimentConfig) -> tuple[Dataset, Dataset]:
+    """The train and test splits the clients' shards are cut from."""
     dc = cfg.data
-    return load_dataset(dc.dataset, dc.root, split, dc.download, dc.limit)
+    train, test = (
+        load_dataset(dc.dataset, dc.root, split, dc.download, dc.limit)
+        for split in ("train", "test")
+    )
+    return train, test
 
 
 def load_clients(
@@ -72,7 +77,7 @@ def load_clients(
     same partition, so errors (missing files, too few samples) appear everywhere.
     """
     fc = cfg.federated
-    train, test = _split(cfg, "train"), _split(cfg, "test")
+    train, test = data_splits(cfg)
     shards = fedrep_shards(
         train.y.numpy(),
         test.y.numpy(),

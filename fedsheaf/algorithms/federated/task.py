@@ -26,12 +26,13 @@ from fedsheaf.algorithms.federated.setup import (
     ClientData,
     build_model,
     check_setup,
+    data_splits,
     load_clients,
 )
 from fedsheaf.algorithms.federated.summary import result_table, round_record, summarize
 from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.config import ExperimentConfig
-from fedsheaf.data.sources import black_level
+from fedsheaf.data.sources import Samples, black_level, data_digest
 from fedsheaf.units import count
 
 
@@ -63,6 +64,16 @@ class Task:
 
     def load_clients(self, clients: Sequence[int], device: torch.device) -> dict[int, ClientData]:
         return load_clients(self.cfg, clients, device)
+
+    def fingerprint(self) -> str:
+        """A fingerprint of the data the clients are cut from, both splits
+        (:func:`~fedsheaf.data.sources.data_digest`): the run's checkpoints record it, so
+        that a resume on data files changed since is refused."""
+        return "+".join(data_digest(split) for split in self.data_splits())
+
+    def data_splits(self) -> tuple[Samples, Samples]:
+        """The train and test splits the clients' data are drawn from."""
+        return data_splits(self.cfg)
 
     def build_model(self) -> nn.Module:
         """The common initial model (on CPU)."""
