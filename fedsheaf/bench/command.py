@@ -423,6 +423,21 @@ def add_pilot_batches(launches: list[Launch], ks: list[int]) -> list[str]:
     return notes
 
 
+def default_tag(args: argparse.Namespace, device: str, launches: list[Launch]) -> str:
+    """``<size>-<device>`` for the whole suite as planned; a run of part of it, or with
+    settings changed (``--set``, ``--pilot-batches``), gets what it ran after that
+    (``small-cpu-overhead+bytes``, ``small-cpu-table2``, ``small-cpu-set``), so that it
+    does not replace the whole suite's results."""
+    tag = f"{args.size}-{device}"
+    if args.only:
+        tag += "-" + "+".join(la.label for la in launches)
+    elif args.cases and set(CASE_NAMES) - set(args.cases):
+        tag += "-" + "+".join(dict.fromkeys(args.cases))
+    if args.set or args.pilot_batches is not None:
+        tag += "-set"
+    return tag if len(tag) <= 200 else f"{args.size}-{device}-part"
+
+
 def _check_tag(tag: str) -> None:
     where = "<out>/<tag>.json, <out>/<tag>.md and <out>/logs/<tag>/"
     require_plain_name(tag, "--tag", where, "use --out to choose the folder", suffix=".json")
@@ -474,7 +489,8 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError(f"--set, launch {la.label}: {exc}") from None
     if args.pilot_batches is not None:
         notes += add_pilot_batches(launches, parse_counts(args.pilot_batches, "--pilot-batches"))
-    tag = args.tag or f"{args.size}-{device}"
+    tag = args.tag or default_tag(args, device, launches)
+    out = Path(args.out)
     for note in notes:
         print(f"fedsheaf bench: note: {note}", flush=True)
     if args.dry_run:
@@ -486,10 +502,12 @@ def run(args: argparse.Namespace) -> int:
             )
         for la in launches:
             print("\n".join(describe(la, device, args.launcher)))
+        if launches:
+            print(f"fedsheaf bench: results would go to {out / tag}.json and .md")
         return 0
     if not launches:
         raise ConfigError(f"nothing to run: {'; '.join(notes)}")
-    out = Path(args.out)
+    print(f"fedsheaf bench: results go to {out / tag}.json and .md", flush=True)
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     t0 = time.perf_counter()

@@ -424,6 +424,13 @@ def _clients_md(results: list[dict[str, Any]]) -> list[str]:
     return [*out, ""]
 
 
+def load_average(values: Any) -> str:
+    """``os.getloadavg()`` as read: ``5.92, 6.24, 7.27 (1, 5, 15 min)``."""
+    if not isinstance(values, list | tuple) or len(values) != 3:
+        return "not known"
+    return f"{', '.join(f'{v:.2f}' for v in values)} (1, 5, 15 min)"
+
+
 def render_markdown(doc: dict[str, Any]) -> str:
     """The Markdown summary of a results document."""
     meta = doc.get("meta", {})
@@ -433,7 +440,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"Size `{meta.get('size')}`, device `{meta.get('device')}`, host `{meta.get('host')}` "
         f"({meta.get('cores')} cores), started {meta.get('started')}, "
         f"{fmt(meta.get('seconds'))} s in all; load average at start "
-        f"{meta.get('load_average_start')}. Command: `{meta.get('command', '')}`.",
+        f"{load_average(meta.get('load_average_start'))}. "
+        f"Command: `{meta.get('command', '')}`.",
         "",
     ]
     out += [f"* {note}" for note in meta.get("notes", [])]

@@ -57,6 +57,26 @@ def test_only_on_the_command_line():
     assert bad.returncode != 0 and "--budget must be a positive number" in bad.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "tag"),
+    [
+        ([], "small-cpu"),
+        (["overhead", "bytes", "speedup", "scaling", "clients", "pilot_cost"], "small-cpu"),
+        (["overhead", "bytes"], "small-cpu-overhead+bytes"),
+        (["overhead", "--only", "pair"], "small-cpu-pair"),
+        (["scaling", "--set", "sheaf.overlap_exchange=true"], "small-cpu-scaling-set"),
+        (["overhead", "--tag", "mine"], "mine"),
+    ],
+)
+def test_a_partial_run_does_not_take_the_whole_suites_results_file(args, tag):
+    """Run with the default --out, `fedsheaf bench overhead` replaced the committed
+    results/bench/small-cpu.json with its part of the suite."""
+    out = bench(*args, "--device", "cpu", "--launcher", LAUNCHER, "--dry-run")
+    assert out.returncode == 0, out.stderr
+    said = f"fedsheaf bench: results would go to {Path('results/bench') / tag}.json and .md"
+    assert said in out.stdout.splitlines(), out.stdout
+
+
 def test_budget_stops_the_running_launch_skips_the_rest_and_writes_the_summary(tmp_path):
     sleeper = "bash -c 'sleep 300' {n}"  # argv after the template: python -m worker ...
     out = bench(

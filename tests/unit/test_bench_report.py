@@ -6,7 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fedsheaf.bench.report import MET, MISSED, NOT_HERE, evaluate, render_markdown, write
+from fedsheaf.bench.report import (
+    MET,
+    MISSED,
+    NOT_HERE,
+    evaluate,
+    load_average,
+    render_markdown,
+    write,
+)
 
 
 def _stats(m: float) -> dict[str, Any]:
@@ -179,3 +187,10 @@ def test_each_pilot_batch_of_the_overhead_case_gets_a_row() -> None:
     assert rows["1-K=16"]["status"] == MISSED and rows["1-K=16"]["value"] == 1.3
     assert rows["1-K=4"]["status"] == MET and "paired median 1.07" in rows["1-K=4"]["note"]
     assert "sheaf_frl_K=4 / noncoop epoch time ≤ 1.10" in render_markdown(doc)
+
+
+def test_the_load_average_reads_as_three_short_numbers():
+    assert load_average([5.9169921875, 6.24072265625, 7.271484375]) == (
+        "5.92, 6.24, 7.27 (1, 5, 15 min)"
+    )
+    assert load_average(None) == "not known"  # no os.getloadavg on the machine
