@@ -52,7 +52,7 @@ from fedsheaf.config import (
     override_leaves,
     read_yaml,
 )
-from fedsheaf.errors import ConfigError, refuse_blocked_path
+from fedsheaf.errors import ConfigError, DataError, refuse_blocked_path, relative_hint
 from fedsheaf.hostinfo import failed_to_start, launcher_template, launcher_words, local_launcher
 from fedsheaf.processes import Terminated, raise_on_sigterm, run_job
 from fedsheaf.ranks import check_ranks, rank_range, ranks_needed
@@ -113,6 +113,8 @@ class Study:
     runs: list[Run]
     #: a preset axis: (preset, base config, values), whose run configs the runs name
     preset: tuple[str, str, list[Any]] | None = None
+    #: the data its runs read from files (data set, data root, split), download off
+    data: set[tuple[str, str, str]] = field(default_factory=set)
 
 
 def _fmt(value: Any) -> str:
@@ -392,6 +394,12 @@ def _expand(path: Path, extra: list[str], scratch: Path, output: str | Path | No
             raise ConfigError(f"{where} needs key '{key}'")
     name = str(raw["study"])
     base = _path(raw, "config", where)
+    if not base.is_file() and not base.is_dir():
+        raise ConfigError(
+            f"{where}: run config {base} does not exist{relative_hint(base)}; a study's "
+            "paths are read from where the sweep is started, not from the study file's "
+            "folder"
+        )
     if "study" in read_yaml(base, what=f"{where}: run config"):
         raise ConfigError(
             f"{where}: run config {base} is a study file, not a run config; name the "
@@ -430,6 +438,7 @@ def _expand(path: Path, extra: list[str], scratch: Path, output: str | Path | No
     _check_not_owned(extra, {**owned, **in_grid}, "--set")
     grid_keys = list(dict.fromkeys(k for m in methods for k in m.grid))
     runs: list[Run] = []
+    data: set[tuple[str, str, str]] = set()
     known: dict[Any, tuple[int, int]] = {}
     for value in values:
         if "preset" in axis:
@@ -458,6 +467,8 @@ def _expand(path: Path, extra: list[str], scratch: Path, output: str | Path | No
                     cfg = load_config(check_path, overrides)
                 except ConfigError as exc:
                     raise ConfigError(f"study {name}, run {tag}: {exc}") from None
+                if not cfg.data.download:
+                    data.add((cfg.data.dataset, cfg.data.root, cfg.data.split))
                 runs.append(
                     Run(
                         tag,
@@ -481,7 +492,7 @@ def _expand(path: Path, extra: list[str], scratch: Path, output: str | Path | No
             "as another's run names); make them differ"
         )
     preset = (str(axis["preset"]), str(base), values) if "preset" in axis else None
-    return Study(name, str(path), out, axis_name, grid_keys, runs, preset)
+    return Study(name, str(path), out, axis_name, grid_keys, runs, preset, data)
 
 
 def write_manifest(study: Study) -> Path:
@@ -516,12 +527,40 @@ def restart_overrides(run: Run, force: bool) -> list[str] | None:
     return ["checkpoint.resume=true"]
 
 
+def check_data_files(study: Study) -> None:
+    """Refuse a study whose runs would each fail on data files missing here (one message,
+    no run started, instead of one failed launch per run)."""
+    from fedsheaf.data.sources import require_files  # torch: only for --local
+
+    for dataset, root, split in sorted(study.data):
+        try:
+            require_files(dataset, root, split)
+        except DataError as exc:
+            raise DataError(f"study {study.name}: {exc}; no run was started") from None
+
+
+def error_line(log: Path) -> str | None:
+    """The first ``fedsheaf: error`` line a run's log holds (what refused or ended it)."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    return next((ln.strip() for ln in text.splitlines() if "fedsheaf: error" in ln), None)
+
+
 def run_local(study: Study, force: bool = False) -> int:
-    """Run every unfinished run in sequence; return the number of failures."""
+    """Run every unfinished run in sequence; return the number of failures.
+
+    A run that fails has its error line printed; when two runs in a row are refused
+    with the same error (exit 2: a cause common to the study, such as a missing data
+    root), the sweep stops there instead of launching every run to the same end.
+    """
+    check_data_files(study)
     fedsheaf = [sys.executable, "-m", "fedsheaf"]
     logs = study.output / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     failed, timings = [], {}
+    last_refusal: str | None = None
     start_all = time.perf_counter()
     for k, run in enumerate(study.runs, 1):
         label = f"[{k}/{len(study.runs)}] {run.name}"
@@ -545,11 +584,23 @@ def run_local(study: Study, force: bool = False) -> int:
             raise
         seconds = time.perf_counter() - start
         timings[run.name] = round(seconds, 1)
-        if code != 0:
-            failed.append(run.name)
-            print(f"{label}: FAILED (exit {code}); see {logs / (run.name + '.log')}", flush=True)
-        else:
+        if code == 0:
+            last_refusal = None
             print(f"{label}: done in {seconds:.0f} s", flush=True)
+            continue
+        failed.append(run.name)
+        print(f"{label}: FAILED (exit {code}); see {logs / (run.name + '.log')}", flush=True)
+        why = error_line(logs / f"{run.name}.log")
+        if why is not None:
+            print(f"{label}:   {why}", flush=True)
+        if code == 2 and why is not None and why == last_refusal:
+            print(
+                f"sweep {study.name}: stopped: two runs in a row were refused with the same "
+                "error; fix it and run the sweep again (finished runs are skipped)",
+                flush=True,
+            )
+            break
+        last_refusal = why if code == 2 else None
     total = time.perf_counter() - start_all
     record_timings(study.output / "timings.json", timings, total)
     print(

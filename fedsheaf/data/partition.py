@@ -361,7 +361,7 @@ def fedrep_shards(
                     f"the {what} split has {members.shape[0]} samples of class {c}, fewer "
                     f"than the {per_class} shards it must be cut into (federated.clients × "
                     f"federated.classes_per_client / {n_classes} classes); use fewer clients "
-                    "or classes per client, or more data (data.limit)"
+                    "or classes per client, or more data (a greater data.limit, where one is set)"
                 )
             out.append(np.array_split(members, per_class))
         return out

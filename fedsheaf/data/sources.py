@@ -198,6 +198,14 @@ def _missing_message(key: str, root: Path, split: str, missing: list[Path]) -> s
     )
 
 
+def require_files(name: str, root: str | Path, split: str = "train") -> None:
+    """Refuse (:class:`DataError`, naming what is missing) a data set whose files are not
+    all under ``root``: what loading it without ``download`` would do, without loading."""
+    missing = [p for p in expected_files(name, root, split) if not p.is_file()]
+    if missing:
+        raise DataError(_missing_message(_canonical(name), Path(root), split, missing))
+
+
 #: IDX magic numbers (uint8 payload, 3 and 1 dimensions) by file-name part.
 _IDX_MAGIC = {"images": (0x0803, 3), "labels": (0x0801, 1)}
 
@@ -241,9 +249,7 @@ def _load_torchvision(key: str, root: Path, split: str, download: bool) -> Datas
 
     info = _INFO[key]
     if not download:
-        missing = [p for p in expected_files(key, root, split) if not p.is_file()]
-        if missing:
-            raise DataError(_missing_message(key, root, split, missing))
+        require_files(key, root, split)
     cls = {"mnist": tvd.MNIST, "fashionmnist": tvd.FashionMNIST, "cifar10": tvd.CIFAR10}[key]
     try:
         tv = cls(root=str(root), train=(split == "train"), download=download)

@@ -376,3 +376,38 @@ def test_a_server_run_resumed_on_changed_data_files_is_refused(mpirun, tmp_path)
     resumed = mpirun(2, ["-m", "fedsheaf", "run", "--resume", str(run), "federated.rounds=2"])
     assert resumed.returncode == 0, resumed.stderr
     assert [r["round"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
+
+
+def test_a_sweep_stops_when_two_runs_in_a_row_are_refused_alike(tmp_path):
+    """Each run of a study on a damaged data file failed on its own, one launch apiece,
+    and the sweep never said why; now it prints the error and stops at the second."""
+    labels = _small_fashionmnist(tmp_path, 3)
+    images = labels.with_name("train-images-idx3-ubyte")
+    images.write_bytes(images.read_bytes()[:1000])  # there, but cut short
+    data = {"dataset": "fashionmnist", "root": str(tmp_path / "data"), "limit": 300}
+    config = _config(tmp_path, "sw", _graph(tmp_path, "g1", [0], []), data=data)
+    study = tmp_path / "study.yaml"
+    study.write_text(
+        yaml.safe_dump(
+            {
+                "study": "damaged",
+                "config": config,
+                "output": str(tmp_path / "sweep"),
+                "seeds": [0, 1, 2],
+                "axis": {"key": "sheaf.lam", "values": [0.1]},
+                "methods": [{"name": "sheaf_frl"}],
+            }
+        )
+    )
+    out = _cli("sweep", str(study), "--local")
+    assert out.returncode == 1, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    refusals = [ln for ln in lines if "fedsheaf: error: " in ln and "truncated" in ln]
+    assert [ln.split(":")[0] for ln in refusals] == [
+        "[1/3] sheaf_frl-sheaf.lam0.1-seed0",
+        "[2/3] sheaf_frl-sheaf.lam0.1-seed1",
+    ], out.stdout
+    assert "sweep damaged: stopped: two runs in a row were refused with the same error" in (
+        out.stdout
+    )
+    assert not any(ln.startswith("[3/3]") for ln in lines), out.stdout

@@ -552,3 +552,38 @@ def test_one_run_is_one_run(tmp_path, capsys):
     )
     assert cli.main(["sweep", path, "--emit"]) == 0
     assert capsys.readouterr().out.startswith("wrote 1 command to ")
+
+
+def test_a_relative_run_config_that_is_missing_says_where_it_was_looked_for(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    path = _study(tmp_path, config="configs/mnist15.yaml")
+    _refused(
+        capsys,
+        [str(path)],
+        f"run config configs/mnist15.yaml does not exist (relative to the current directory "
+        f"{tmp_path}); a study's paths are read from where the sweep is started",
+    )
+
+
+def test_local_refuses_a_study_whose_data_files_are_missing_before_any_launch(tmp_path, capsys):
+    """Each run failed on its own (a launch apiece) and the sweep never said why."""
+    root = tmp_path / "nodata"
+    study = _study(
+        tmp_path,
+        seeds=[0],
+        set={"train.epochs": 1, "data.dataset": "mnist", "data.root": str(root)},
+    )
+    _refused(
+        capsys,
+        [str(study), "--local"],
+        f"study s15: dataset 'mnist' (train split) not found under data root {root}",
+    )
+    assert not (tmp_path / "out" / "logs").exists() and not (tmp_path / "out" / "runs").exists()
+    from fedsheaf.report_runs import find_runs
+
+    (tmp_path / "out").mkdir(exist_ok=True)
+    (tmp_path / "out" / "study.json").write_text("{}")
+    with pytest.raises(ConfigError, match="is a sweep none of whose runs has started"):
+        find_runs([tmp_path / "out"])
