@@ -12,7 +12,7 @@ import re
 import signal
 import sys
 import time
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from fedsheaf import __version__
 from fedsheaf.errors import FedsheafError
@@ -80,12 +80,17 @@ class _Parser(argparse.ArgumentParser):
     hint = ""
     commands: dict[str, argparse.ArgumentParser]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # no abbreviations: `--loca` must not pass for --local, nor `--resum` for --resume
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def parse_known_args(  # type: ignore[override]
         self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         parsed, extras = super().parse_known_args(args, namespace)
-        command = getattr(self, "commands", {}).get(getattr(parsed, "command", None))
-        if extras and command is not None:  # the subcommand's own words, not the top's
+        command = chosen_command(self, parsed)
+        if extras and command is not self:  # the subcommand's own words, not the top's
             command.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed, extras
 
@@ -95,6 +100,19 @@ class _Parser(argparse.ArgumentParser):
         elif message.startswith("argument COMMAND: invalid choice"):
             message = unknown_command(message, list(getattr(self, "commands", {})))
         self.exit(2, f"{self.prog}: error: {message}; `{self.prog} --help` says more\n")
+
+
+def chosen_command(
+    parser: argparse.ArgumentParser, parsed: argparse.Namespace
+) -> argparse.ArgumentParser:
+    """The innermost (sub)command ``parsed`` chose under ``parser`` (``fedsheaf graph
+    build``'s parser for ``graph build ...``); ``parser`` itself if it has none."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub = action.choices.get(getattr(parsed, action.dest, None))
+            if isinstance(sub, argparse.ArgumentParser):
+                return chosen_command(sub, parsed)
+    return parser
 
 
 def unknown_command(message: str, names: list[str]) -> str:

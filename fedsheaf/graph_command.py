@@ -63,12 +63,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(a file that is not a graph is never replaced)",
     )
     build.add_argument(
-        "--density", type=float, help="target edge density for mnist15/class-overlap (default 0.4)"
+        "--density",
+        type=float,
+        help="target edge density for mnist15/class-overlap (default 0.4): a maximum-weight "
+        "spanning tree first, then the heaviest other edges until reached, so at least "
+        "2/N on N nodes (the density written is printed)",
     )
     build.add_argument("--dim", type=int, help="pair: Table-3 latent dimension (both agents)")
     build.add_argument("--dims", help="comma-separated latent dimension per node, e.g. 16,32,48")
     build.add_argument("--classes", help='per-node class sets, ";" between nodes, e.g. "0,1,2;3,4"')
-    build.add_argument("--p", type=float, help="erdos-renyi: edge probability")
+    build.add_argument(
+        "--p",
+        type=float,
+        help="erdos-renyi: edge probability; draws are repeated until one is connected, so "
+        "a small p gives a denser graph than p (the density written is printed)",
+    )
     build.add_argument("--seed", type=int, help="erdos-renyi: seed (default 0)")
     show = sub.add_parser("show", help="print a graph file", description="Print a graph file.")
     show.add_argument("file", help="graph YAML file")
@@ -137,16 +146,16 @@ def build_from_args(args: argparse.Namespace) -> tuple[graphs.Graph, str]:
     for opt in _OPTIONS:
         if getattr(args, opt) is not None and opt not in _ALLOWED[kind]:
             raise GraphError(f"graph build {kind}: option --{opt} does not apply to {kind}")
-    name = args.name or kind
-    if args.name:
+    name = kind if args.name is None else args.name
+    if args.name is not None:
         _check_name(name)
     cmd = [f"fedsheaf graph build {kind}"]
-    if args.name:
+    if args.name is not None:
         cmd.append(f"--name {name}")
     density = 0.4 if args.density is None else args.density
     if kind == "mnist15":
         graph = presets.mnist15_graph(density)
-        if args.name:
+        if args.name is not None:
             graph = graphs.Graph(name, graph.dims, graph.edges, graph.classes)
         cmd.append(f"--density {density}")
     elif kind == "pair" and args.dim is not None:

@@ -32,8 +32,14 @@ from typing import Any
 
 from fedsheaf.config import flat_keys, read_yaml
 from fedsheaf.errors import ConfigError
-from fedsheaf.report_runs import readable, seed_independent
-from fedsheaf.results import atomic_write_text, outermost_runs, read_json_object, save_figure
+from fedsheaf.report_runs import csv_cell, readable, seed_independent
+from fedsheaf.results import (
+    atomic_write_text,
+    is_run_dir,
+    outermost_runs,
+    read_json_object,
+    save_figure,
+)
 
 METRICS = ("private_acc", "comm_acc", "comm_acc_deg")
 LAMBDA_FREE = ("noncoop",)
@@ -248,10 +254,10 @@ def warn_mixed_experiments(records: list[RunRecord]) -> None:
         )
 
 
-def warn_unfinished(paths: list[str | Path], finished: set[Path]) -> None:
+def warn_unfinished(paths: list[str | Path], finished: set[Path]) -> set[Path]:
     """Say which runs a sweep planned (study.json) at or below ``paths`` are not among the
     ``finished`` run directories: a failed or unfinished run would otherwise just be
-    missing from its method's mean."""
+    missing from its method's mean. Returns them."""
     under = [Path(p).resolve() for p in paths]
     planned = [d for d in _manifests(under) if any(d == r or r in d.parents for r in under)]
     missing = sorted(d for d in planned if d not in finished)
@@ -261,6 +267,22 @@ def warn_unfinished(paths: list[str | Path], finished: set[Path]) -> None:
             f"report: warning: {len(missing)} of the {len(planned)} runs the sweep planned "
             f"(study.json) have no readable summary.json (failed, unfinished or not run) and "
             f"are left out: {shown}",
+            file=sys.stderr,
+        )
+    return set(missing)
+
+
+def note_unfinished(unfinished: list[Path], said: set[Path]) -> None:
+    """Say which run directories found have no summary.json (running, stopped, failed or
+    interrupted), beyond those :func:`warn_unfinished` named already: the runs table
+    lists them with their status, but the means and the comparison leave them out."""
+    left = [d for d in unfinished if d.resolve() not in said]
+    if left:
+        shown = ", ".join(d.name for d in left[:5]) + (", ..." if len(left) > 5 else "")
+        print(
+            f"report: note: {len(left)} of the runs found have no summary.json yet "
+            "(running, stopped, failed or interrupted: their status is in the runs table) "
+            f"and are left out of the means and the comparison: {shown}",
             file=sys.stderr,
         )
 
@@ -404,6 +426,10 @@ def grid_markdown(points: list[tuple[Row, bool]]) -> str:
     )
 
 
+def _cells(values: list[Any]) -> list[Any]:
+    return [csv_cell(None if v == "–" else v) for v in values]  # "–": no grid point
+
+
 def grid_csv(points: list[tuple[Row, bool]]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
@@ -414,10 +440,11 @@ def grid_csv(points: list[tuple[Row, bool]]) -> str:
     )
     for r, chosen in points:
         w.writerow(
-            [r.method, r.shift, "" if r.dim is None else r.dim, _hyper(r.hyper), r.seeds]
-            + [r.score_val]
-            + [x for m in METRICS for x in (r.mean[m], r.std[m])]
-            + [int(chosen)]
+            _cells(
+                [r.method, r.shift, r.dim, _hyper(r.hyper), r.seeds, r.score_val]
+                + [x for m in METRICS for x in (r.mean[m], r.std[m])]
+                + [int(chosen)]
+            )
         )
     return buf.getvalue()
 
@@ -431,16 +458,10 @@ def table_csv(rows: list[Row]) -> str:
     )
     for r in rows:
         w.writerow(
-            [
-                r.method,
-                r.shift,
-                "" if r.dim is None else r.dim,
-                _hyper(r.hyper),
-                r.seeds,
-                r.candidates,
-                r.score_val,
-            ]
-            + [x for m in METRICS for x in (r.mean[m], r.std[m])]
+            _cells(
+                [r.method, r.shift, r.dim, _hyper(r.hyper), r.seeds, r.candidates, r.score_val]
+                + [x for m in METRICS for x in (r.mean[m], r.std[m])]
+            )
         )
     return buf.getvalue()
 
@@ -453,15 +474,10 @@ def runs_csv(records: list[RunRecord]) -> str:
     w.writerow(["run", "method", "shift", "dim", "grid", "seed", *cols])
     for r in sorted(records, key=lambda r: (r.method, r.shift, r.dim or 0, repr(r.hyper), r.seed)):
         w.writerow(
-            [
-                r.path.name,
-                r.method,
-                r.shift,
-                "" if r.dim is None else r.dim,
-                _hyper(r.hyper),
-                r.seed,
-            ]
-            + [r.summary.get(c) for c in cols]
+            _cells(
+                [r.path.name, r.method, r.shift, r.dim, _hyper(r.hyper), r.seed]
+                + [r.summary.get(c) for c in cols]
+            )
         )
     return buf.getvalue()
 
@@ -565,7 +581,13 @@ def run(args: argparse.Namespace) -> int:
         if args.out
         else (Path(args.paths[0]) / "report" if len(args.paths) == 1 else Path("report"))
     )
-    warn_unfinished(args.paths, {r.path.resolve() for r in runs if r.summary is not None})
+    if is_run_dir(out):  # its files beside a run's own, where report would find them
+        raise ConfigError(
+            f"--out {out} is a run directory; give the report a folder of its own (without "
+            "--out, PATH/report for one PATH)"
+        )
+    said = warn_unfinished(args.paths, {r.path.resolve() for r in runs if r.summary is not None})
+    note_unfinished([r.path for r in runs if r.summary is None], said)
     means = server_seed_means(server_seed_groups(runs))
     written = write_runs_report(runs, out, means)
     study = [r.path for r in runs if r.family == "decentralized" and r.summary is not None]

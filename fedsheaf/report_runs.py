@@ -145,7 +145,16 @@ def find_runs(paths: list[str | Path]) -> list[RunInfo]:
     if not dirs:
         where = ", ".join(map(str, paths))
         marks = ", ".join(RUN_MARKS)
-        raise ConfigError(f"no run directories (config.yaml with one of {marks}) under {where}")
+        studies = [Path(p) for p in paths if (Path(p) / "study.json").is_file()]
+        hint = (
+            f"; {studies[0]} is a sweep none of whose runs has started (its logs/ say why "
+            "a launch failed)"
+            if studies
+            else ""
+        )
+        raise ConfigError(
+            f"no run directories (config.yaml with one of {marks}) under {where}{hint}"
+        )
     return readable(outermost_runs(dirs), load_run)
 
 
@@ -263,6 +272,13 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def csv_cell(value: Any) -> Any:
+    """A CSV cell: a missing value (None; NaN, e.g. the std of one seed; -inf, no
+    validation score) is empty in every CSV fedsheaf writes."""
+    missing = value is None or (isinstance(value, float) and not math.isfinite(value))
+    return "" if missing else value
+
+
 def runs_table_csv(runs: list[RunInfo]) -> str:
     """All runs, both families' metric columns (blank where a family has none)."""
     buf = io.StringIO()
@@ -270,7 +286,7 @@ def runs_table_csv(runs: list[RunInfo]) -> str:
     w = csv.DictWriter(buf, cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
     for run in runs:
-        w.writerow({k: ("" if v is None else v) for k, v in run_row(run).items()})
+        w.writerow({k: csv_cell(v) for k, v in run_row(run).items()})
     return buf.getvalue()
 
 
@@ -557,7 +573,7 @@ def server_means_csv(rows: list[dict[str, Any]]) -> str:
     w = csv.DictWriter(buf, list(rows[0]), lineterminator="\n")
     w.writeheader()
     for row in rows:
-        w.writerow({k: ("" if v is None else v) for k, v in row.items()})
+        w.writerow({k: csv_cell(v) for k, v in row.items()})
     return buf.getvalue()
 
 

@@ -14,9 +14,10 @@ def human_bytes(n: Any, *, compact: bool = False) -> str:
         Number of bytes; anything that is not a number (e.g. a missing value,
         ``None``) gives ``"–"``.
     compact:
-        The short form of the live progress lines: ``"0.25 MB"`` from 100 kB up,
-        ``"42.0 kB"`` below. Otherwise the table form: GB, MB or kB with two
-        decimals (``"3.30 kB"``), plain bytes below 1 kB (``"512 B"``).
+        The short form of the live progress lines (a job's and ``watch``'s):
+        ``"0.25 MB"`` from 100 kB up, ``"42.0 kB"`` below. Otherwise the table form:
+        GB, MB or kB with two decimals (``"3.30 kB"``), plain bytes below 1 kB
+        (``"512 B"``).
 
     Examples
     --------

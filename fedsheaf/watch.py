@@ -149,16 +149,21 @@ def format_record(rec: dict[str, Any], cfg: dict[str, Any]) -> str | None:
             cells.append(f"{label} {text}")
     if rec.get("seconds") is not None:
         cells.append(f"{rec['seconds']:.2f} s")
+    # in the units of the job's own progress lines
     if "bytes_sent" in rec:
-        cells.append(f"sent {human_bytes(rec['bytes_sent'])}")
+        cells.append(f"sent {human_bytes(rec['bytes_sent'], compact=True)}")
     if "server_bytes_sent" in rec:
         up, down = (
-            human_bytes(rec["server_bytes_sent"]),
-            human_bytes(rec.get("server_bytes_received")),
+            human_bytes(rec["server_bytes_sent"], compact=True),
+            human_bytes(rec.get("server_bytes_received"), compact=True),
         )
         cells.append(f"server up {up} down {down}")
     if "bytes_up" in rec:
-        cells.append(f"up {human_bytes(rec['bytes_up'])} down {human_bytes(rec.get('bytes_down'))}")
+        up, down = (
+            human_bytes(rec["bytes_up"], compact=True),
+            human_bytes(rec.get("bytes_down"), compact=True),
+        )
+        cells.append(f"up {up} down {down}")
     return "  ".join(cells)
 
 

@@ -10,7 +10,10 @@ if [ $# -lt 2 ]; then
   echo "usage: run/mpirun.sh N COMMAND [ARGS...]" >&2; exit 2
 fi
 n=$1; shift
-case "$n" in ''|*[!0-9]*|0|0*) echo "run/mpirun.sh: N must be a positive integer, got '$n'" >&2; exit 2;; esac
+case "$n" in ''|*[!0-9]*|0|0*)
+  echo "run/mpirun.sh: N must be a positive integer written without leading zeros, got '$n'" >&2
+  exit 2;;
+esac
 PATH="$here/.venv/bin:$PATH"
 mpiexec=${FEDSHEAF_MPIEXEC:-${MPIEXEC:-$(command -v mpiexec || true)}}
 if [ -z "$mpiexec" ]; then

@@ -2,8 +2,10 @@
 
 Training is the base loop with no regulariser. For communication accuracy each
 agent fits ZCA whitening on its training latents, the neighbours exchange their
-whitened pilot latents once, and every edge gets the same closed-form map as
-Sheaf-FRL; a receiver colours transported latents back with its own ZCA.
+whitened pilot latents (all of them, at every evaluation: evaluation traffic that
+Sheaf-FRL, which keeps the maps it trained, does not have), and every edge gets the
+same closed-form map as Sheaf-FRL; a receiver colours transported latents back with
+its own ZCA.
 """
 
 from __future__ import annotations

@@ -58,6 +58,10 @@ def test_top_level_help_lists_every_command_and_unknown_ones_fail(capsys):
         (["report"], "fedsheaf report: error: the following arguments are required: paths"),
         (["graph", "build"], "fedsheaf graph build: error: the following arguments"),
         (["run", "--resume"], "fedsheaf run: error: argument --resume: expected one argument"),
+        # no abbreviated options: argparse would take these for --local and --resume
+        (["sweep", "s.yaml", "--loca"], "fedsheaf sweep: error: unrecognized arguments: --loca"),
+        (["check", "--resum", "r"], "fedsheaf check: error: unrecognized arguments: --resum"),
+        (["graph", "build", "ring", "--nam", "x"], "fedsheaf graph build: error: unrecognized"),
     ],
 )
 def test_argument_errors_are_one_line_naming_the_command(argv, said, capsys):

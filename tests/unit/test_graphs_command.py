@@ -132,6 +132,7 @@ def test_show(capsys: pytest.CaptureFixture[str]) -> None:
         (["build", "ring", "--dims", "4,4", "--classes", "0,-1;10"], "in 0..9 (the data"),
         (["build", "ring", "--dims", "4,4", "--name", "a/b"], "--name 'a/b' must be a plain"),
         (["build", "ring", "--dims", "4,4", "--name", ".."], "--name '..' must be a plain"),
+        (["build", "ring", "--dims", "4,4", "--name", ""], "--name '' must be a plain"),
         (["show", "/nonexistent/graph.yaml"], "does not exist"),
     ],
 )

@@ -149,6 +149,10 @@ def test_one_seed_has_no_std_and_a_bottleneck_figure_appears_for_several_d(tmp_p
     assert "| 0.700 |" in markdown(rows)
     names = {p.name for p in write_report(records, tmp_path / "rep")}
     assert "accuracy_vs_bottleneck.png" in names and "accuracy_vs_shift.png" not in names
+    # one seed's std is an empty cell (it was "nan" here, "–" in the Markdown)
+    table = list(csv.DictReader(io.StringIO((tmp_path / "rep" / "comparison.csv").read_text())))
+    assert [r["private_acc_std"] for r in table] == ["", ""]
+    assert [r["private_acc_mean"] for r in table] == ["0.7", "0.9"]
 
 
 def test_study_manifest_names_methods_and_grid_keys(tmp_path, capsys):

@@ -310,7 +310,7 @@ def test_the_centralized_baselines_count_their_server_line(tmp_path):
     cfg = {"algorithm": "fedproto", "train": {"epochs": 3}}
     assert step_bytes(RunInfo(tmp_path, cfg, [rec], None), rec) == 8000  # evaluation apart
     line = format_record(rec, cfg)
-    assert line is not None and "sent 1.00 kB  server up 3.00 kB down 4.00 kB" in line
+    assert line is not None and "sent 1.0 kB  server up 3.0 kB down 4.0 kB" in line
     plain = {k: rec[k] for k in ("epoch", "loss", "bytes_sent")}
     assert step_bytes(RunInfo(tmp_path, {"algorithm": "sheaf_frl"}, [plain], None), plain) == 1000
 
@@ -413,3 +413,21 @@ def test_a_run_written_before_a_key_existed_joins_its_setting(tmp_path):
     (old / "config.yaml").write_text(yaml.safe_dump(cfg))
     (group,) = server_seed_groups(find_runs([tmp_path]))
     assert (group.setting, group.seeds) == ("–", [3, 5])
+
+
+def test_a_run_without_a_summary_is_said_to_be_left_out_of_the_means(mixed, tmp_path, capsys):
+    """It is in the runs table (status running) but was silently missing from the
+    comparison and the server means."""
+    root, _ = mixed
+    assert cli.main(["report", str(root), "--out", str(tmp_path / "rep")]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "report: note: 1 of the runs found have no summary.json yet (running, stopped, "
+        "failed or interrupted: their status is in the runs table) and are left out of the "
+        "means and the comparison: sf-b\n"
+    ) in err, err
+    assert cli.main(["report", str(root / "sf-a"), "--out", str(tmp_path / "rep2")]) == 0
+    assert "report: note" not in capsys.readouterr().err
+    assert cli.main(["report", str(root / "sf-a"), "--out", str(root / "sf-b")]) == 2
+    assert f"--out {root / 'sf-b'} is a run directory" in capsys.readouterr().err
+    assert not (root / "sf-b" / "runs_table.md").exists()

@@ -32,7 +32,7 @@ def test_partial_run_with_a_torn_last_line(tmp_path):
     assert out[0].endswith(f"4 epochs · {path}")
     assert len(out) == 4
     assert out[1].startswith("epoch 1/4") and out[2].startswith("epoch 2/4")
-    assert "private 0.720" in out[2] and "comm 0.300" in out[2] and "sent 1.00 kB" in out[2]
+    assert "private 0.720" in out[2] and "comm 0.300" in out[2] and "sent 1.0 kB" in out[2]
     assert out[3] == "running: 2 epochs so far"
 
 
@@ -87,7 +87,7 @@ def test_finished_server_run_prints_rounds_final_and_summary(tmp_path):
         "final",
     ]
     assert "acc" not in out[1] and "acc 0.200" in out[2]
-    assert "up 3.00 kB down 4.00 kB" in out[1]
+    assert "up 3.0 kB down 4.0 kB" in out[1]
     assert out[5].startswith("finished in 12.5 s: acc 0.3000 final acc 0.9500 score 0.3500")
     assert out[5].endswith("(mean acc over rounds 3-4)") and len(out) == 6
 
