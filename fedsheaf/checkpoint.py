@@ -122,6 +122,13 @@ def save_rank(run_dir: str | Path, epoch: int, rank: int, state: dict[str, Any])
     return write_atomic(rank_file(run_dir, epoch, rank), lambda fh: torch.save(payload, fh))
 
 
+#: What to do about a damaged manifest, which no resume can do without.
+_LOST = (
+    " (it names the complete checkpoints and what they were trained on: restore it from a "
+    "backup, or start the run over with output.overwrite=true)"
+)
+
+
 def _read_manifest(run_dir: str | Path) -> dict[str, Any] | None:
     path = checkpoints_dir(run_dir) / MANIFEST
     try:
@@ -129,14 +136,14 @@ def _read_manifest(run_dir: str | Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint manifest {path} is unreadable: {exc}") from None
+        raise CheckpointError(f"checkpoint manifest {path} is unreadable: {exc}{_LOST}") from None
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("n_ranks"), int)
         or not isinstance(data.get("epochs"), list)
         or not all(isinstance(e, int) for e in data["epochs"])
     ):
-        raise CheckpointError(f"checkpoint manifest {path} is malformed")
+        raise CheckpointError(f"checkpoint manifest {path} is malformed{_LOST}")
     return data
 
 

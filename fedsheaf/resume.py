@@ -225,6 +225,9 @@ def check_resume(run_dir: Path, cfg: ExperimentConfig) -> ExperimentConfig:
     if changes:
         allowed = ", ".join(
             k.rstrip(".") + ("*" if k.endswith(".") else "") for k in RESUMABLE_KEYS
+        ).replace(
+            "output*",
+            "output* (by checkpoint.resume=true; --resume RUN_DIR keeps the run where it is)",
         )
         raise ConfigError(
             f"cannot resume {run_dir} with a different experiment: {'; '.join(changes)}. "

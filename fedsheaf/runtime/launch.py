@@ -281,7 +281,15 @@ def checkpointer(
     experiment = experiment_keys(cfg)
 
     def save(done: int) -> None:
-        stop = job.any(stop_request.requested()) and done < last
+        requested = job.any(stop_request.requested())
+        stop = requested and done < last
+        if requested and not stop and job.is_root:
+            _, unit, _ = run_length(cfg)
+            print(
+                f"fedsheaf: {stop_request.SIGNAL.name} in the last {unit}: the run finishes "
+                "instead of stopping",
+                flush=True,
+            )
         if not (stop or checkpoint.due(done, every, last)):
             return
         checkpoint.save_rank(run_path, done, job.rank, state())

@@ -448,12 +448,11 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         f"({human_bytes(runner.shared.nbytes, compact=True)}); "
         f"device {world.device}, {count(world.threads, 'thread')} per rank, seed {cfg.seed}"
     )
-    if run_dir is not None:
-        world.log(f"fedsheaf: writing {run_dir.path}")
     clock = checkpoint.WallClock()
-    if cfg.checkpoint.resume:
+    if cfg.checkpoint.resume:  # (a refusal here comes before "writing")
         clock.resumed(restore(world, run_path, rounds))
     if run_dir is not None:
+        world.log(f"fedsheaf: writing {run_dir.path}")
         settle_config(run_dir, cfg)
     world.barrier()  # an earlier launch's failed.json is gone before any rank may write one
     note_run_dir(run_path)

@@ -125,6 +125,52 @@ def test_without_checkpoints_every_rank_ignores_the_signal_and_one_says_so(tmp_p
     assert not (run / STOP_FILE).exists()
 
 
+def test_a_signal_in_the_last_epoch_lets_the_run_finish_and_says_so(tmp_path):
+    """The run used to finish without a word, as if the request had been lost."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    graph = tmp_path / "one.yaml"
+    graph.write_text(yaml.safe_dump({"name": "one", "nodes": [{"id": 0, "dim": 6}], "edges": []}))
+    config = tmp_path / "one-epoch.yaml"
+    agent = {"encoder": [4, 6], "head": [8], "classes": [0, 1, 2]}
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "last",
+                "graph": str(graph),
+                "agents": [agent],
+                "train": {"epochs": 1, "steps_per_epoch": 400},  # seconds long
+                "sheaf": {"pilot_batch": 8},
+                "data": {"limit": 400},
+                "output": {"dir": str(tmp_path / "runs")},
+            }
+        )
+    )
+    run = tmp_path / "runs" / "last-sheaf_frl-seed0"
+    job = subprocess.Popen(  # one rank, no launcher: an MPI singleton
+        [sys.executable, "-m", "fedsheaf", "run", str(config)],
+        env=mpi_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "config.yaml").exists():  # written before training starts
+            assert job.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        job.send_signal(signal.SIGUSR1)
+        out, _ = job.communicate(timeout=300)
+    finally:
+        job.kill()
+    assert job.returncode == 0, out
+    assert "fedsheaf: SIGUSR1 in the last epoch: the run finishes instead of stopping" in out
+    assert (run / "summary.json").is_file() and not (run / STOP_FILE).exists()
+
+
 def test_a_server_based_run_stops_after_a_round(tmp_path, fmnist_root):
     from tests.mpi.test_resume_server import _config, _fedrep
 

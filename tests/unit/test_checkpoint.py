@@ -83,8 +83,9 @@ def test_a_failed_save_leaves_no_partial_file(tmp_path):
 def test_bad_manifest_is_a_clear_error(tmp_path, text):
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "latest.json").write_text(text)
-    with pytest.raises(CheckpointError, match="latest.json is (unreadable|malformed)"):
+    with pytest.raises(CheckpointError, match="latest.json is (unreadable|malformed)") as bad:
         checkpoint.latest(tmp_path, 2)
+    assert str(bad.value).endswith("or start the run over with output.overwrite=true)")
 
 
 def test_other_rank_count_and_damaged_files_are_clear_errors(tmp_path):

@@ -342,8 +342,12 @@ def test_a_run_config_written_before_a_key_existed_reads_as_it_ran(tmp_path):
     (run / "config.yaml").write_text(yaml.safe_dump(raw))
     assert resume_config(run).federated.distinct_classes is True  # the draw it ran with
     cfg = load_config(fedrep, [f"output.dir={tmp_path}", "output.name=old"])
-    with pytest.raises(ConfigError, match=r"federated.distinct_classes \(True -> False\)"):
+    with pytest.raises(ConfigError, match=r"federated.distinct_classes \(True -> False\)") as no:
         check_resume(run, cfg)
+    # what may change says how: --resume RUN_DIR refuses output.* overrides
+    assert "output* (by checkpoint.resume=true; --resume RUN_DIR keeps the run where it is)" in (
+        str(no.value)
+    )
     assert check_resume(run, resume_config(run)).federated.distinct_classes is True
     # a decentralized run never read the key: its old config resumes under a new one
     quick = load_config(QUICK, [f"output.dir={tmp_path}", "output.name=dec"])
