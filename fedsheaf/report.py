@@ -373,9 +373,9 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def _hyper(hyper: tuple[tuple[str, Any], ...]) -> str:
+def _hyper(hyper: tuple[tuple[str, Any], ...], none: str = "–") -> str:
     if not hyper:
-        return "–"
+        return none
     return ", ".join(
         f"{k.split('.')[-1]}={v:g}" if isinstance(v, float) else f"{k}={_shown(v)}"
         for k, v in hyper
@@ -427,7 +427,7 @@ def grid_markdown(points: list[tuple[Row, bool]]) -> str:
 
 
 def _cells(values: list[Any]) -> list[Any]:
-    return [csv_cell(None if v == "–" else v) for v in values]  # "–": no grid point
+    return [csv_cell(v) for v in values]
 
 
 def grid_csv(points: list[tuple[Row, bool]]) -> str:
@@ -441,7 +441,7 @@ def grid_csv(points: list[tuple[Row, bool]]) -> str:
     for r, chosen in points:
         w.writerow(
             _cells(
-                [r.method, r.shift, r.dim, _hyper(r.hyper), r.seeds, r.score_val]
+                [r.method, r.shift, r.dim, _hyper(r.hyper, none=""), r.seeds, r.score_val]
                 + [x for m in METRICS for x in (r.mean[m], r.std[m])]
                 + [int(chosen)]
             )
@@ -459,7 +459,15 @@ def table_csv(rows: list[Row]) -> str:
     for r in rows:
         w.writerow(
             _cells(
-                [r.method, r.shift, r.dim, _hyper(r.hyper), r.seeds, r.candidates, r.score_val]
+                [
+                    r.method,
+                    r.shift,
+                    r.dim,
+                    _hyper(r.hyper, none=""),
+                    r.seeds,
+                    r.candidates,
+                    r.score_val,
+                ]
                 + [x for m in METRICS for x in (r.mean[m], r.std[m])]
             )
         )
@@ -475,7 +483,7 @@ def runs_csv(records: list[RunRecord]) -> str:
     for r in sorted(records, key=lambda r: (r.method, r.shift, r.dim or 0, repr(r.hyper), r.seed)):
         w.writerow(
             _cells(
-                [r.path.name, r.method, r.shift, r.dim, _hyper(r.hyper), r.seed]
+                [r.path.name, r.method, r.shift, r.dim, _hyper(r.hyper, none=""), r.seed]
                 + [r.summary.get(c) for c in cols]
             )
         )

@@ -102,6 +102,12 @@ RESUMABLE_KEYS = (
 )
 
 
+#: How a resume changes a key of :data:`RESUMABLE_KEYS`, where not by any override.
+RESUMABLE_HOW = {
+    "output.": " (by checkpoint.resume=true; --resume RUN_DIR keeps the run where it is)"
+}
+
+
 def _resumable(key: str) -> bool:
     pattern = re.sub(r"\[\d+\]", "[*]", key)
     return any(pattern == k or (k.endswith(".") and pattern.startswith(k)) for k in RESUMABLE_KEYS)
@@ -224,10 +230,8 @@ def check_resume(run_dir: Path, cfg: ExperimentConfig) -> ExperimentConfig:
     changes = resume_changes(saved, cfg, run_dir / GRAPH_COPY)
     if changes:
         allowed = ", ".join(
-            k.rstrip(".") + ("*" if k.endswith(".") else "") for k in RESUMABLE_KEYS
-        ).replace(
-            "output*",
-            "output* (by checkpoint.resume=true; --resume RUN_DIR keeps the run where it is)",
+            k.rstrip(".") + ("*" if k.endswith(".") else "") + RESUMABLE_HOW.get(k, "")
+            for k in RESUMABLE_KEYS
         )
         raise ConfigError(
             f"cannot resume {run_dir} with a different experiment: {'; '.join(changes)}. "

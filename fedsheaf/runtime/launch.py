@@ -277,14 +277,14 @@ def checkpointer(
     checkpoint now and raises :class:`~fedsheaf.runtime.stop_request.StopRequested` on
     every rank, unless this was the last epoch (round) anyway.
     """
-    every, keep, last = cfg.checkpoint.every, cfg.checkpoint.keep, run_length(cfg)[0]
+    every, keep = cfg.checkpoint.every, cfg.checkpoint.keep
+    last, unit, _ = run_length(cfg)
     experiment = experiment_keys(cfg)
 
     def save(done: int) -> None:
         requested = job.any(stop_request.requested())
         stop = requested and done < last
         if requested and not stop and job.is_root:
-            _, unit, _ = run_length(cfg)
             print(
                 f"fedsheaf: {stop_request.SIGNAL.name} in the last {unit}: the run finishes "
                 "instead of stopping",
@@ -298,12 +298,11 @@ def checkpointer(
             checkpoint.commit(run_path, done, job.size, keep, experiment, data)
         if stop:
             if job.is_root:
-                length, unit, _ = run_length(cfg)
                 stop_request.leave_note(run_path, unit, done)
                 # said before any rank leaves: a launcher may end the job as the first exits
                 print(
                     f"fedsheaf: stopped on {stop_request.SIGNAL.name} after {unit} {done} of "
-                    f"{length}, its checkpoint written; continue with: fedsheaf run --resume "
+                    f"{last}, its checkpoint written; continue with: fedsheaf run --resume "
                     f"{run_path}",
                     flush=True,
                 )

@@ -61,11 +61,8 @@ def check_setup(cfg: ExperimentConfig, n_ranks: int) -> None:
 def data_splits(cfg: ExperimentConfig) -> tuple[Dataset, Dataset]:
     """The train and test splits the clients' shards are cut from."""
     dc = cfg.data
-    train, test = (
-        load_dataset(dc.dataset, dc.root, split, dc.download, dc.limit)
-        for split in ("train", "test")
-    )
-    return train, test
+    train = load_dataset(dc.dataset, dc.root, "train", dc.download, dc.limit)
+    return train, load_dataset(dc.dataset, dc.root, "test", dc.download, dc.limit)
 
 
 def load_clients(
