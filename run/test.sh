@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Install (once) and run the whole test suite: lint, unit tests, MPI tests
 # (real ranks via mpiexec at np = 1, 2 and 4+). Extra arguments go to pytest.
+#   FEDSHEAF_TEST_WORKERS  pytest processes (pytest-xdist; default 2: the MPI tests' ranks
+#                          wait on launches and each other, so two streams keep 2 cores
+#                          busy); 0 runs everything in this process (pdb, -s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 run/install.sh
@@ -11,4 +14,9 @@ fi
 echo "== ruff"
 .venv/bin/ruff check fedsheaf tests
 echo "== pytest"
-exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
+workers=${FEDSHEAF_TEST_WORKERS:-2}
+case $workers in
+  '' | *[!0-9]*) echo "fedsheaf: FEDSHEAF_TEST_WORKERS must be a whole number, got '$workers'" >&2; exit 2 ;;
+esac
+# whole modules to one worker: a module's shared fixture (one set of runs) is built once
+exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadscope "$@"
