@@ -6,6 +6,10 @@
 #                          busy); 0 runs everything in this process (pdb, -s)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+workers=${FEDSHEAF_TEST_WORKERS:-2}
+case $workers in
+  '' | *[!0-9]*) echo "fedsheaf: FEDSHEAF_TEST_WORKERS must be a whole number, got '$workers'" >&2; exit 2 ;;
+esac
 run/install.sh
 export PATH="$PWD/.venv/bin:$PATH" FEDSHEAF_THREADS=${FEDSHEAF_THREADS:-1}
 if [ "$(id -u)" = 0 ]; then
@@ -14,9 +18,5 @@ fi
 echo "== ruff"
 .venv/bin/ruff check fedsheaf tests
 echo "== pytest"
-workers=${FEDSHEAF_TEST_WORKERS:-2}
-case $workers in
-  '' | *[!0-9]*) echo "fedsheaf: FEDSHEAF_TEST_WORKERS must be a whole number, got '$workers'" >&2; exit 2 ;;
-esac
 # whole modules to one worker: a module's shared fixture (one set of runs) is built once
 exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadscope "$@"

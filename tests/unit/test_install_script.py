@@ -1,4 +1,4 @@
-"""run/install.sh keeps a venv's extras: run/test.sh and run/bench.sh call it with none, and
+"""run/test.sh's pytest workers; run/install.sh keeps a venv's extras: run/test.sh and run/bench.sh call it with none, and
 must not add the PyPI Open MPI to a cluster venv built against the site MPI.
 
 The script runs on a copy of the repository's files with a stand-in interpreter in
@@ -19,6 +19,7 @@ STAND_IN = """#!/bin/sh
 here=$(dirname "$0")/..
 case "$*" in
   *"pip install"*"-e"*) echo "$*" >> "$here/pip.log" ;;
+  *"-m pytest"*) echo "$*" >> "$here/pytest.log" ;;
   -) cat > /dev/null; [ -e "$here/site-mpi" ]; exit ;;
 esac
 exit 0
@@ -80,3 +81,25 @@ def test_a_venv_built_against_a_site_mpi_without_the_script_keeps_it(tmp_path):
     with open(root / "setup.cfg", "a") as fh:
         fh.write("\n# changed\n")
     assert _install(root) == [".[test]"]
+
+
+def test_the_suite_runs_in_two_workers_unless_told_otherwise(tmp_path):
+    root = _checkout(tmp_path)
+    shutil.copy2(REPO / "run" / "test.sh", root / "run" / "test.sh")
+    ruff = root / ".venv" / "bin" / "ruff"
+    ruff.write_text("#!/bin/sh\nexit 0\n")
+    ruff.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "FEDSHEAF_TEST_WORKERS"}
+
+    def test_sh(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        cmd = [str(root / "run" / "test.sh"), *args]
+        return subprocess.run(cmd, env={**env, **extra}, capture_output=True, text=True)
+
+    assert test_sh("-x").returncode == 0
+    assert test_sh(FEDSHEAF_TEST_WORKERS="0").returncode == 0
+    calls = (root / ".venv" / "pytest.log").read_text().splitlines()
+    assert calls[0].endswith("-n 2 --dist loadscope -x") and "-n 0 " in calls[1]
+    bad = test_sh(FEDSHEAF_TEST_WORKERS="two")  # refused before anything runs
+    assert bad.returncode == 2
+    assert (root / ".venv" / "pytest.log").read_text().splitlines() == calls
+    assert bad.stderr == "fedsheaf: FEDSHEAF_TEST_WORKERS must be a whole number, got 'two'\n"
