@@ -1,5 +1,6 @@
-"""run/test.sh's pytest workers; run/install.sh keeps a venv's extras: run/test.sh and run/bench.sh call it with none, and
-must not add the PyPI Open MPI to a cluster venv built against the site MPI.
+"""run/install.sh keeps a venv's extras: run/test.sh and run/bench.sh call it with none, and
+must not add the PyPI Open MPI to a cluster venv built against the site MPI. run/test.sh
+runs pytest in the workers it is told.
 
 The script runs on a copy of the repository's files with a stand-in interpreter in
 ``.venv/bin/python`` that records what pip was asked to install (no download here).
