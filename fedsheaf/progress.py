@@ -63,11 +63,19 @@ class Recorder:
             msg += f" (server: up {up}, down {down})"
         if evaluated:
             self.last = line
-            msg += (
-                f"  private {line['private_acc']:.3f}  comm {line['comm_acc']:.3f} "
-                f"(deg-weighted {line['comm_acc_deg']:.3f})"
-            )
+            msg += "  " + accuracies(line)
         self.world.log(msg)
+
+
+def accuracies(line: dict[str, Any]) -> str:
+    """``private 0.912  comm 0.847 (degree-weighted 0.850)``: the accuracies of a network
+    record, in words where no agent has a neighbour (communication accuracy is undefined
+    then: NaN in the record)."""
+    private = f"private {line['private_acc']:.3f}"
+    comm = line["comm_acc"]
+    if not isinstance(comm, int | float) or comm != comm:  # NaN (None once written)
+        return f"{private}  comm – (no agent has a neighbour)"
+    return f"{private}  comm {comm:.3f} (degree-weighted {line['comm_acc_deg']:.3f})"
 
 
 def agent_table(records: list[dict[str, Any]]) -> str:

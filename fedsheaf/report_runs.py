@@ -317,19 +317,27 @@ def runs_table_markdown(runs: list[RunInfo]) -> str:
     return "\n".join(parts)
 
 
+#: Suffix of a curve's points after the final fine-tuning round (FedRep, FedAvg-FT).
+FINAL = "@final"
+
+
 def _curves(run: RunInfo) -> dict[str, tuple[list[int], list[float]]]:
-    """Metric name → (steps, values) of the run's learning curves."""
+    """Metric name → (steps, values) of the run's learning curves; ``name@final``: its
+    value after a final fine-tuning round (drawn apart: it is no round of training)."""
     key = run.step_key
     names = ("private_acc", "comm_acc") if run.family == "decentralized" else ("acc", "test_mse")
     out = {}
     for name in (*names, "loss"):
-        pts = [
-            (r[key], float(r[name]))
-            for r in run.records
-            if isinstance(r.get(key), int) and r.get(name) is not None and not r.get("final")
-        ]
-        if pts:
-            out[name] = ([p[0] for p in pts], [p[1] for p in pts])
+        for final, suffix in ((False, ""), (True, FINAL)):
+            pts = [
+                (r[key], float(r[name]))
+                for r in run.records
+                if isinstance(r.get(key), int)
+                and r.get(name) is not None
+                and bool(r.get("final")) == final
+            ]
+            if pts:
+                out[name + suffix] = ([p[0] for p in pts], [p[1] for p in pts])
     return out
 
 
@@ -343,6 +351,16 @@ def _pyplot() -> Any:
 
 
 MAX_LEGEND = 20
+
+
+def run_colours(n: int) -> list[Any]:
+    """One colour per run: matplotlib's ten default colours, and for more runs (up to
+    :data:`MAX_LEGEND`, beyond which no legend tells them apart anyway) the twenty of
+    ``tab20``, so that run 11 is not drawn in run 1's colour."""
+    if n <= 10:
+        return [f"C{i}" for i in range(n)]
+    palette = _pyplot().get_cmap("tab20").colors
+    return [palette[i % len(palette)] for i in range(n)]
 
 
 def _legend(fig: Any, handles: list[Any], labels: list[str]) -> None:
@@ -359,6 +377,11 @@ def _wide_positive(ax: Any) -> bool:
 
 def plot_learning_curves(runs: list[RunInfo], path: Path) -> Path:
     """Accuracy (and test MSE, training loss) against epoch/round, one colour per run."""
+    return save_figure(learning_curves_figure(runs), path, dpi=110)
+
+
+def learning_curves_figure(runs: list[RunInfo]) -> Any:
+    """The figure :func:`plot_learning_curves` writes."""
     plt = _pyplot()
     curves = [_curves(r) for r in runs]
     panels = [
@@ -381,16 +404,23 @@ def plot_learning_curves(runs: list[RunInfo], path: Path) -> Path:
     # communication accuracy: dashed, and crosses for runs evaluated too rarely for a line
     styles = {"comm_acc": ("--", "x")}
     handles: dict[int, Any] = {}  # one legend entry per run
+    colours = run_colours(len(runs))
     for ax, (title, names, log) in zip(axes[0], panels, strict=True):
         for i, run_curves in enumerate(curves):
             for n in names:
                 if n in run_curves:
                     xs, ys = run_curves[n]
                     style, marker = styles.get(n, ("-", "."))
-                    (line,) = ax.plot(xs, ys, style, marker=marker, color=f"C{i % 10}")
+                    (line,) = ax.plot(xs, ys, style, marker=marker, color=colours[i])
+                    handles.setdefault(i, line)
+                if n + FINAL in run_curves:
+                    xs, ys = run_curves[n + FINAL]
+                    (line,) = ax.plot(xs, ys, "*", markersize=10, color=colours[i])
                     handles.setdefault(i, line)
         if "comm_acc" in names and any("comm_acc" in c for c in curves):
             title += " (dashed, x: comm.)"
+        if any(n + FINAL in c for c in curves for n in names):
+            title += " (*: after fine-tuning)"
         ax.set_xlabel("epoch / round")
         _whole_steps(ax)
         ax.set_title(title)
@@ -398,7 +428,7 @@ def plot_learning_curves(runs: list[RunInfo], path: Path) -> Path:
             ax.set_yscale("log")
         ax.grid(alpha=0.3)
     _legend(fig, [handles[i] for i in sorted(handles)], [runs[i].name for i in sorted(handles)])
-    return save_figure(fig, path, dpi=110)
+    return fig
 
 
 def _whole_steps(ax: Any) -> None:
@@ -425,14 +455,22 @@ def bytes_series(runs: list[RunInfo]) -> tuple[dict[int, list[tuple[int, int]]],
 def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
     """Training bytes per epoch/round per run (:func:`step_bytes`: decentralized, sent
     without the evaluation's; server-based, up + down)."""
+    return save_figure(bytes_figure(runs), path, dpi=110)
+
+
+def bytes_figure(runs: list[RunInfo]) -> Any:
+    """The figure :func:`plot_bytes` writes."""
     plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter
+
     fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
     handles: list[Any] = []
     labels: list[str] = []
     series, silent = bytes_series(runs)
+    colours = run_colours(len(runs))
     for i, pts in series.items():
         xs, ys = zip(*pts, strict=True)
-        (line,) = ax.plot(xs, ys, marker=".", color=f"C{i % 10}")
+        (line,) = ax.plot(xs, ys, marker=".", color=colours[i])
         handles.append(line)
         labels.append(runs[i].name)
     finals = any(r.get("final") for run in runs for r in run.records)
@@ -443,13 +481,16 @@ def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
     ax.set_ylabel("training bytes per epoch / round")
     if _wide_positive(ax):
         ax.set_yscale("log")
+    # "1.20 MB" on the ticks: matplotlib's own labels put a "1e7" above the axis, over
+    # the title
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: human_bytes(value)))
     if silent:
         names = ", ".join(silent)
         what = names if len(names) <= 60 else count(len(silent), "run")
         ax.set_title(f"not drawn (no training traffic): {what}", fontsize="small")
     ax.grid(alpha=0.3)
     _legend(fig, handles, labels)
-    return save_figure(fig, path, dpi=110)
+    return fig
 
 
 #: The server-based numbers :func:`server_seed_means` averages over seeds.

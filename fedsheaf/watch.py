@@ -120,7 +120,9 @@ def header(cfg: dict[str, Any], run_dir: Path) -> str:
 
 
 def _num(value: Any, digits: int = 3) -> str:
-    return f"{value:.{digits}f}" if isinstance(value, int | float) else "–"
+    """A number to ``digits`` decimals; "–" for a missing or undefined one (NaN: the
+    communication accuracy of agents without neighbours)."""
+    return f"{value:.{digits}f}" if isinstance(value, int | float) and value == value else "–"
 
 
 def format_record(rec: dict[str, Any], cfg: dict[str, Any]) -> str | None:
@@ -138,7 +140,7 @@ def format_record(rec: dict[str, Any], cfg: dict[str, Any]) -> str | None:
     for key, label in (
         ("private_acc", "private"),
         ("comm_acc", "comm"),
-        ("score_val", "val"),
+        ("score_val", "val score"),
         ("acc", "acc"),
         ("test_mse", "test_mse"),
         ("gram_err_star", "gram_err"),

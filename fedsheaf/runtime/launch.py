@@ -25,7 +25,7 @@ from fedsheaf.preflight import (
     run_config,
     run_length,
 )
-from fedsheaf.progress import Recorder, agent_table
+from fedsheaf.progress import Recorder, accuracies, agent_table
 from fedsheaf.results import (
     FAILURE_FILE,
     PREVIOUS_SUMMARY,
@@ -137,11 +137,7 @@ def run_decentralized(
     world.log("\n" + agent_table(final["agents"]))
     if extras:
         world.log("\n" + "  ".join(f"{k} {v}" for k, v in extras.items()))
-    world.log(
-        f"\nnetwork: private {summary['private_acc']:.3f}  comm {summary['comm_acc']:.3f}"
-        f"  comm (degree-weighted) {summary['comm_acc_deg']:.3f}  "
-        f"[{clock.describe()}; results in {run_dir.path}]"
-    )
+    world.log(f"\nnetwork: {accuracies(summary)}  [{clock.describe()}; results in {run_dir.path}]")
     return summary
 
 

@@ -95,6 +95,7 @@ def test_small_meshes_start_train_and_finish(mpirun, tmp_path, n, dims, algorith
     assert summary["n_agents"] == n
     if n == 1:
         assert summary["comm_acc"] is None and summary["agents"][0]["degree"] == 0
+        assert "comm – (no agent has a neighbour)" in proc.stdout  # not "comm nan"
     else:
         assert 0.0 <= summary["comm_acc"] <= 1.0
 

@@ -12,7 +12,7 @@ from fedsheaf.algorithms.base import epoch_batches
 from fedsheaf.config import load_config
 from fedsheaf.errors import ConfigError
 from fedsheaf.metrics import accuracy, harmonic, network_summary
-from fedsheaf.progress import agent_table
+from fedsheaf.progress import accuracies, agent_table
 from fedsheaf.results import RunDir, atomic_write_json, read_metrics
 from fedsheaf.seeding import derive_seed, rng, torch_generator
 from fedsheaf.sheaf.zca import zca_fit
@@ -69,6 +69,15 @@ def test_agent_table_lists_every_agent():
     lines = agent_table(recs).splitlines()
     assert lines[2].split() == ["0", "16", "0", "0.750", "-"]
     assert lines[3].split() == ["1", "24", "2", "0.500", "0.250"]
+
+
+def test_network_accuracies_say_in_words_when_no_agent_has_a_neighbour():
+    line = dict(private_acc=0.9125, comm_acc=0.75, comm_acc_deg=0.8)
+    assert accuracies(line) == "private 0.912  comm 0.750 (degree-weighted 0.800)"
+    nan = float("nan")  # one agent alone, or a graph without edges
+    alone = dict(private_acc=0.5, comm_acc=nan, comm_acc_deg=nan)
+    assert accuracies(alone) == "private 0.500  comm – (no agent has a neighbour)"
+    assert accuracies({**alone, "comm_acc": None}) == accuracies(alone)  # as summary.json has it
 
 
 def test_run_dir_is_atomic_and_refuses_to_clobber(tmp_path):

@@ -431,3 +431,45 @@ def test_a_run_without_a_summary_is_said_to_be_left_out_of_the_means(mixed, tmp_
     assert cli.main(["report", str(root / "sf-a"), "--out", str(root / "sf-b")]) == 2
     assert f"--out {root / 'sf-b'} is a run directory" in capsys.readouterr().err
     assert not (root / "sf-b" / "runs_table.md").exists()
+
+
+def test_the_bytes_axis_says_its_units_and_no_exponent_over_the_title(tmp_path):
+    from fedsheaf.report_runs import RunInfo, bytes_figure
+
+    recs = [{"epoch": e, "bytes_sent": 12_000_000 + 1_000_000 * e} for e in (1, 2, 3)]
+    run = RunInfo(tmp_path / "sf", {"algorithm": "sheaf_frl"}, recs, None)
+    silent = RunInfo(tmp_path / "nc", {"algorithm": "noncoop"}, [{"epoch": 1}], None)
+    fig = bytes_figure([run, silent])
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert labels and all(label.endswith(" MB") for label in labels), labels
+    assert ax.yaxis.get_offset_text().get_text() == ""  # no "1e7" above the axis
+
+
+def test_more_than_ten_runs_get_colours_of_their_own(tmp_path):
+    from fedsheaf.report_runs import RunInfo, learning_curves_figure, run_colours
+
+    assert run_colours(3) == ["C0", "C1", "C2"]
+    runs = [
+        RunInfo(tmp_path / f"r{i}", {"algorithm": "fedavg"}, [{"round": 1, "acc": 0.1 * i}], None)
+        for i in range(12)
+    ]
+    (ax,) = learning_curves_figure(runs).axes
+    colours = {tuple(line.get_color()) for line in ax.lines}
+    assert len(ax.lines) == 12 and len(colours) == 12
+
+
+def test_the_accuracy_after_fine_tuning_is_drawn_apart(tmp_path):
+    from fedsheaf.report_runs import RunInfo, learning_curves_figure
+
+    recs = [{"round": t, "acc": 0.5 + 0.1 * t, "loss": 1.0 / t} for t in (1, 2, 3)]
+    recs.append({"round": 4, "final": True, "acc": 0.95, "loss": 0.2})
+    run = RunInfo(tmp_path / "fedrep", {"algorithm": "fedrep"}, recs, None)
+    acc = learning_curves_figure([run]).axes[0]
+    stars = [line for line in acc.lines if line.get_marker() == "*"]
+    assert len(stars) == 1 and list(stars[0].get_xdata()) == [4]
+    assert list(stars[0].get_ydata()) == [0.95]
+    rounds = [line for line in acc.lines if line.get_marker() != "*"]
+    assert [list(line.get_xdata()) for line in rounds] == [[1, 2, 3]]
+    assert "after fine-tuning" in acc.get_title()

@@ -154,6 +154,17 @@ def test_follow_mode_prints_new_records_until_summary_appears(tmp_path):
     assert out[3] == "finished in 2.0 s: private 0.9000 comm 0.4000"
 
 
+def test_undefined_numbers_read_as_a_dash_and_the_validation_score_is_named():
+    from fedsheaf.watch import finished_line, format_record
+
+    nan = float("nan")  # communication accuracy of agents without neighbours
+    rec = {"epoch": 2, "loss": 0.5, "private_acc": 0.9, "comm_acc": nan, "score_val": 0.8}
+    line = format_record(rec, {"train": {"epochs": 3}})
+    assert "comm –" in line and "val score 0.800" in line and "nan" not in line
+    end = finished_line({"wall_seconds": 2.0, "private_acc": 0.9, "comm_acc": nan})
+    assert end == "finished in 2.0 s: private 0.9000 comm –"
+
+
 def test_cli_watch_and_errors(tmp_path, capsys):
     path = make_decentralized(tmp_path, "run", epochs=2)
     assert cli.main(["watch", str(path), "--once"]) == 0
