@@ -240,7 +240,8 @@ def watch(
     ``once`` prints everything recorded so far plus a status line, then returns. While
     following, a run that has written no record for ``stall`` minutes gets one line
     asking whether the job still runs (a job killed outright leaves no summary and no
-    ``failed.json``).
+    ``failed.json``), and so does a run directory (or config) still absent after ``stall``
+    minutes (a job refused at start-up, a bad config say, writes nothing there).
     """
     out = out if out is not None else sys.stdout
     run_dir = Path(run_dir)
@@ -262,18 +263,29 @@ def watch(
             file=out,
             flush=True,
         )
+    waiting_since, warned = time.monotonic(), False
     while cfg is None:  # the job has not started, or not written its config yet
         failure = read_failure(run_dir)
         if failure is not None:  # it ended before its first epoch
             print(_failed_line(failure), file=out, flush=True)
             return 1
+        waited = (time.monotonic() - waiting_since) / 60
+        if waited >= stall and not warned:  # a job refused at start-up writes nothing here
+            print(
+                f"no run started in {_minutes(waited)}: is its job still queued, or did it "
+                "end before it started (see the job's output)? (still watching)",
+                file=out,
+                flush=True,
+            )
+            warned = True
         time.sleep(interval)
         cfg = _read_config(run_dir)
     print(header(cfg, run_dir), file=out, flush=True)
-    tail, seen, warned = MetricsTail(run_dir / "metrics.jsonl"), 0, False
+    tail, seen = MetricsTail(run_dir / "metrics.jsonl"), 0
     config_stamp = _version(run_dir / "config.yaml")
     job_seen = False  # whether a job has been seen holding the run's lock
     free_since: float | None = None  # since when no job has held it
+    warned = False
     while True:
         # first: a job found gone here has written all it ever will before the reads below
         held = run_lock.probe(run_dir)
@@ -397,7 +409,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=30.0,
         metavar="MIN",
-        help="say so when no record has come for MIN minutes (default: %(default)s)",
+        help="say so when no record has come for MIN minutes, or no run has started "
+        "(default: %(default)s)",
     )
 
 

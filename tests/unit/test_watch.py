@@ -12,7 +12,7 @@ import pytest
 
 from fedsheaf import cli
 from fedsheaf.errors import ConfigError
-from fedsheaf.results import RunDir
+from fedsheaf.results import RunDir, write_failure
 from fedsheaf.watch import MetricsTail, watch
 from tests.unit.test_report_runs import make_decentralized, make_head, make_server
 
@@ -99,8 +99,8 @@ def test_head_fedavg_lines_show_mse_and_gram_error(tmp_path):
 
 class Beside(threading.Thread):
     """``steps()`` in a thread beside ``watch``. If a step fails, the run gets a summary
-    anyway, so that ``watch`` returns instead of following for ever, and :meth:`join`
-    raises the failure in the test's own thread."""
+    and a failed.json anyway, so that ``watch`` returns instead of following for ever,
+    and :meth:`join` raises the failure in the test's own thread."""
 
     def __init__(self, steps: Callable[[], None], path: Path) -> None:
         super().__init__()
@@ -112,6 +112,7 @@ class Beside(threading.Thread):
         except BaseException as exc:
             self.error = exc
             RunDir(self.path).write_summary({"wall_seconds": 0.0})
+            write_failure(self.path, 0, "the test's steps failed")  # before a config too
 
     def join(self, timeout: float | None = None) -> None:
         super().join(timeout)
@@ -244,8 +245,6 @@ def test_follow_mode_waits_for_a_job_that_has_not_started(tmp_path):
 
 
 def test_follow_mode_says_what_it_waits_for_in_a_directory_without_a_config(tmp_path):
-    from fedsheaf.results import write_failure
-
     path = tmp_path / "run"
     path.mkdir()  # the job made its directory and has not yet written its config
     out = StartsTheJob(lambda: make_decentralized(tmp_path, "run", epochs=1))
@@ -322,6 +321,28 @@ def test_following_a_run_through_a_resume_that_extends_it(tmp_path):
     assert lines[0].endswith(f"3 epochs · {path}") and lines[-1].startswith("finished in")
 
 
+def test_a_run_that_never_starts_is_asked_about_once(tmp_path):
+    """A job refused at start-up (a bad config under sbatch) never creates the run
+    directory: after --stall minutes watch asks about it, once, and keeps watching."""
+    path = tmp_path / "never"
+    out = _Signalling("no run started")
+
+    def fail_late():
+        assert out.event.wait(timeout=60)
+        time.sleep(0.2)  # more polls: the line must not repeat
+        path.mkdir()
+        write_failure(path, 0, "the job gave up")
+
+    assert watch_beside(fail_late, path, out, interval=0.02, stall=0.002) == 1
+    lines = out.getvalue().splitlines()
+    asked = [ln for ln in lines if ln.startswith("no run started")]
+    assert len(asked) == 1 and asked[0].endswith(
+        "is its job still queued, or did it end before it started (see the job's output)? "
+        "(still watching)"
+    )
+    assert lines[0].startswith("waiting for") and lines[-1] == "failed on rank 0: the job gave up"
+
+
 def test_following_a_run_that_stopped_writing_says_so_once(tmp_path):
     path = make_decentralized(tmp_path, "run", epochs=2, finished=False)
     old = time.time() - 45 * 60
@@ -367,7 +388,7 @@ def test_the_header_counts_in_the_singular_too():
 
 def test_a_run_whose_job_ended_on_an_error_is_failed_not_running(tmp_path):
     from fedsheaf.report_runs import load_run, run_row
-    from fedsheaf.results import FAILURE_FILE, write_failure
+    from fedsheaf.results import FAILURE_FILE
 
     path = make_decentralized(tmp_path, "run", epochs=4, finished=False)
     assert run_row(load_run(path))["status"] == "running"
