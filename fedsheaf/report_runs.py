@@ -482,8 +482,10 @@ def bytes_figure(runs: list[RunInfo]) -> Any:
     if _wide_positive(ax):
         ax.set_yscale("log")
     # "1.20 MB" on the ticks: matplotlib's own labels put a "1e7" above the axis, over
-    # the title
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: human_bytes(value)))
+    # the title (none below 0, where the axis's margin may reach)
+    ax.yaxis.set_major_formatter(
+        FuncFormatter(lambda value, _: human_bytes(value) if value >= 0 else "")
+    )
     if silent:
         names = ", ".join(silent)
         what = names if len(names) <= 60 else count(len(silent), "run")
