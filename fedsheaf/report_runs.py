@@ -23,6 +23,7 @@ import io
 import math
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,10 +90,12 @@ class RunInfo:
     records: list[dict[str, Any]]
     summary: dict[str, Any] | None
     final: dict[str, Any] = field(default_factory=dict)
+    #: How tables and figures name the run (:func:`tell_apart`); its folder's name if unset.
+    label: str = ""
 
     @property
     def name(self) -> str:
-        return self.path.name
+        return self.label or self.path.name
 
     @property
     def algorithm(self) -> str:
@@ -155,7 +158,25 @@ def find_runs(paths: list[str | Path]) -> list[RunInfo]:
         raise ConfigError(
             f"no run directories (config.yaml with one of {marks}) under {where}{hint}"
         )
-    return readable(outermost_runs(dirs), load_run)
+    return tell_apart(readable(outermost_runs(dirs), load_run))
+
+
+def tell_apart(runs: list[RunInfo]) -> list[RunInfo]:
+    """Label each run by its folder's name, with as many parent folders as it takes to
+    tell apart runs whose folders share a name (two sweeps' ``fedavg-seed0``: their rows
+    and legend entries would read alike)."""
+    labels = [run.path.name for run in runs]
+    for depth in range(2, max((len(run.path.parts) for run in runs), default=0) + 1):
+        seen = Counter(labels)
+        if all(seen[label] == 1 for label in labels):
+            break
+        labels = [
+            "/".join(run.path.parts[-depth:]) if seen[label] > 1 else label
+            for run, label in zip(runs, labels, strict=True)
+        ]
+    for run, label in zip(runs, labels, strict=True):
+        run.label = label
+    return runs
 
 
 def readable(dirs: list[Path], read: Callable[[Path], T]) -> list[T]:

@@ -473,3 +473,13 @@ def test_the_accuracy_after_fine_tuning_is_drawn_apart(tmp_path):
     rounds = [line for line in acc.lines if line.get_marker() != "*"]
     assert [list(line.get_xdata()) for line in rounds] == [[1, 2, 3]]
     assert "after fine-tuning" in acc.get_title()
+
+
+def test_runs_whose_folders_share_a_name_are_told_apart(tmp_path):
+    make_decentralized(tmp_path / "sweep_a", "quick-seed0", epochs=1)
+    make_decentralized(tmp_path / "sweep_b", "quick-seed0", epochs=1)
+    make_decentralized(tmp_path / "sweep_b", "other", epochs=1)
+    runs = find_runs([tmp_path])
+    assert [r.name for r in runs] == ["sweep_a/quick-seed0", "other", "sweep_b/quick-seed0"]
+    rows = [line.split(" | ")[0] for line in runs_table_markdown(runs).splitlines()]
+    assert "| sweep_a/quick-seed0" in rows and "| sweep_b/quick-seed0" in rows
