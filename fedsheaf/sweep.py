@@ -612,9 +612,13 @@ def run_local(study: Study, force: bool = False) -> int:
 
 def launch_retrying(argv: list[str], env: dict[str, str], logs: Path, name: str, label: str) -> int:
     """Run ``argv`` logged in ``logs/NAME.log``, once more if mpiexec failed to start it
-    (the failed start's log kept as ``NAME.failed-start.log``); its exit status."""
+    (the failed start's log kept as ``NAME.failed-start.log``); its exit status. The log
+    of an earlier invocation's launch (a run that failed, to be run again) is kept as
+    ``NAME.previous.log``."""
     log, failed_log = logs / f"{name}.log", logs / f"{name}.failed-start.log"
     failed_log.unlink(missing_ok=True)  # from an earlier invocation
+    if log.is_file():
+        log.replace(logs / f"{name}.previous.log")
     code = launch_logged(argv, env, log)
     if code != 0 and failed_to_start(log.read_text(errors="replace"), started="fedsheaf: "):
         log.replace(failed_log)

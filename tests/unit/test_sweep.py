@@ -1,8 +1,10 @@
 """`fedsheaf sweep`: expanding a study into runs (count, content, presets, errors)."""
 
 import json
+import os
 import re
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from fedsheaf import cli
 from fedsheaf.config import load_config
 from fedsheaf.errors import ConfigError
 from fedsheaf.graphs import load_graph
-from fedsheaf.sweep import emit, expand, restart_overrides, write_manifest
+from fedsheaf.sweep import emit, expand, launch_retrying, restart_overrides, write_manifest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -587,3 +589,17 @@ def test_local_refuses_a_study_whose_data_files_are_missing_before_any_launch(tm
     (tmp_path / "out" / "study.json").write_text("{}")
     with pytest.raises(ConfigError, match="is a sweep none of whose runs has started"):
         find_runs([tmp_path / "out"])
+
+
+def test_a_run_launched_again_keeps_the_earlier_launchs_log(tmp_path):
+    """A sweep run again after a run failed: the failure's log is not overwritten."""
+
+    def launch(words: str) -> int:
+        argv = [sys.executable, "-c", f"print({words!r}); raise SystemExit(2)"]
+        return launch_retrying(argv, dict(os.environ), tmp_path, "r1", "r1")
+
+    assert launch("fedsheaf: error: first") == 2
+    assert launch("fedsheaf: error: second") == 2
+    assert (tmp_path / "r1.log").read_text().splitlines()[1] == "fedsheaf: error: second"
+    previous = (tmp_path / "r1.previous.log").read_text().splitlines()
+    assert previous[1] == "fedsheaf: error: first"
