@@ -347,18 +347,13 @@ def _curves(run: RunInfo) -> dict[str, tuple[list[int], list[float]]]:
     value after a final fine-tuning round (drawn apart: it is no round of training)."""
     key = run.step_key
     names = ("private_acc", "comm_acc") if run.family == "decentralized" else ("acc", "test_mse")
-    out = {}
+    out: dict[str, tuple[list[int], list[float]]] = {}
     for name in (*names, "loss"):
-        for final, suffix in ((False, ""), (True, FINAL)):
-            pts = [
-                (r[key], float(r[name]))
-                for r in run.records
-                if isinstance(r.get(key), int)
-                and r.get(name) is not None
-                and bool(r.get("final")) == final
-            ]
-            if pts:
-                out[name + suffix] = ([p[0] for p in pts], [p[1] for p in pts])
+        for r in run.records:
+            if isinstance(r.get(key), int) and r.get(name) is not None:
+                xs, ys = out.setdefault(name + (FINAL if r.get("final") else ""), ([], []))
+                xs.append(r[key])
+                ys.append(float(r[name]))
     return out
 
 

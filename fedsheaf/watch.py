@@ -263,29 +263,28 @@ def watch(
             file=out,
             flush=True,
         )
-    waiting_since, warned = time.monotonic(), False
+    waiting_since, asked = time.monotonic(), False
     while cfg is None:  # the job has not started, or not written its config yet
         failure = read_failure(run_dir)
         if failure is not None:  # it ended before its first epoch
             print(_failed_line(failure), file=out, flush=True)
             return 1
         waited = (time.monotonic() - waiting_since) / 60
-        if waited >= stall and not warned:  # a job refused at start-up writes nothing here
+        if waited >= stall and not asked:  # a job refused at start-up writes nothing here
             print(
                 f"no run started in {_minutes(waited)}: is its job still queued, or did it "
                 "end before it started (see the job's output)? (still watching)",
                 file=out,
                 flush=True,
             )
-            warned = True
+            asked = True
         time.sleep(interval)
         cfg = _read_config(run_dir)
     print(header(cfg, run_dir), file=out, flush=True)
-    tail, seen = MetricsTail(run_dir / "metrics.jsonl"), 0
+    tail, seen, warned = MetricsTail(run_dir / "metrics.jsonl"), 0, False
     config_stamp = _version(run_dir / "config.yaml")
     job_seen = False  # whether a job has been seen holding the run's lock
     free_since: float | None = None  # since when no job has held it
-    warned = False
     while True:
         # first: a job found gone here has written all it ever will before the reads below
         held = run_lock.probe(run_dir)
