@@ -527,6 +527,20 @@ def restart_overrides(run: Run, force: bool) -> list[str] | None:
     return ["checkpoint.resume=true"]
 
 
+def after_interrupt(run: Run) -> str:
+    """What running the sweep again does with ``run``, stopped by a signal to the sweep
+    (which may come before its job wrote anything or after its summary)."""
+    extra = restart_overrides(run, force=False)
+    if extra is None:
+        return "it had finished; run the sweep again for the runs after it"
+    if not extra:
+        return "it had not started; run the sweep again to start it"
+    return (
+        "run the sweep again to continue (this run resumes from its last checkpoint, "
+        "or starts over if it wrote none)"
+    )
+
+
 def check_data_files(study: Study) -> None:
     """Refuse a study whose runs would each fail on data files missing here (one message,
     no run started, instead of one failed launch per run)."""
@@ -576,11 +590,7 @@ def run_local(study: Study, force: bool = False) -> int:
             code = launch_retrying(argv, env, logs, run.name, label)
         except (KeyboardInterrupt, Terminated) as exc:
             why = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)
-            print(
-                f"{label}: stopped by {why}, its job with it; run the sweep again to "
-                "continue (this run resumes from its last checkpoint)",
-                flush=True,
-            )
+            print(f"{label}: stopped by {why}, its job with it; {after_interrupt(run)}", flush=True)
             raise
         seconds = time.perf_counter() - start
         timings[run.name] = round(seconds, 1)

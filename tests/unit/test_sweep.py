@@ -14,7 +14,14 @@ from fedsheaf import cli
 from fedsheaf.config import load_config
 from fedsheaf.errors import ConfigError
 from fedsheaf.graphs import load_graph
-from fedsheaf.sweep import emit, expand, launch_retrying, restart_overrides, write_manifest
+from fedsheaf.sweep import (
+    after_interrupt,
+    emit,
+    expand,
+    launch_retrying,
+    restart_overrides,
+    write_manifest,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -159,11 +166,14 @@ def test_local_runs_skip_finished_and_resume_interrupted(tmp_path):
     runs = expand(_study(tmp_path, seeds=[0])).runs
     sheaf = next(r for r in runs if r.method == "sheaf_frl")
     assert restart_overrides(sheaf, force=False) == []  # never started
+    assert "it had not started" in after_interrupt(sheaf)
     Path(sheaf.dir).mkdir(parents=True)
     (Path(sheaf.dir) / "metrics.jsonl").write_text("{}\n")
     assert restart_overrides(sheaf, force=False) == ["checkpoint.resume=true"]
+    assert "resumes from its last checkpoint" in after_interrupt(sheaf)
     (Path(sheaf.dir) / "summary.json").write_text("{}")
     assert restart_overrides(sheaf, force=False) is None
+    assert after_interrupt(sheaf).startswith("it had finished")  # a signal after its end
     assert restart_overrides(sheaf, force=True) == ["output.overwrite=true"]
     hub = expand(
         _study(
