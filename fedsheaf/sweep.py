@@ -170,7 +170,13 @@ def _list(raw: Any, where: str) -> list[Any]:
         raise ConfigError(f"{where} must be a non-empty list")
     for i, value in enumerate(raw):
         if value in raw[:i]:
-            raise ConfigError(f"{where} lists {_yaml_value(value)} twice")
+            first = _yaml_value(raw[raw.index(value)])
+            if first == _yaml_value(value):
+                raise ConfigError(f"{where} lists {first} twice")
+            raise ConfigError(  # YAML's true == 1 and 8 == 8.0 in Python: one run
+                f"{where} lists {first} and {_yaml_value(value)}, which are one value "
+                "(the same run twice)"
+            )
     return raw
 
 

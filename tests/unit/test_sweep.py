@@ -520,6 +520,10 @@ def test_the_study_set_may_not_set_a_grid_key(tmp_path, capsys):
             "method sf: grid sheaf.lam lists 1e-05 twice",
         ),
         (
+            {"methods": [{"name": "sf", "grid": {"sheaf.fused_pilots": [True, 1]}}]},
+            "method sf: grid sheaf.fused_pilots lists true and 1, which are one value",
+        ),
+        (
             {"methods": [{"name": "nc", "set": {"algorithm": "noncoop"}}, {"name": "nc"}]},
             "two methods are named nc; give them distinct names",
         ),
