@@ -6,7 +6,7 @@ from typing import Any
 
 from fedsheaf.metrics import network_summary
 from fedsheaf.results import RunDir
-from fedsheaf.units import human_bytes
+from fedsheaf.units import decimals, human_bytes
 
 
 class Recorder:
@@ -82,10 +82,8 @@ def agent_table(records: list[dict[str, Any]]) -> str:
     """Plain-text table of per-agent private and communication accuracy."""
     rows = ["agent    d  deg  private    comm", "-----  ---  ---  -------  ------"]
     for r in sorted(records, key=lambda r: r["agent"]):
-        comm = r["comm_acc"]
-        comm_s = f"{comm:.3f}" if comm == comm else "   -"
         rows.append(
             f"{r['agent']:>5}  {r['dim']:>3}  {r['degree']:>3}  {r['private_acc']:>7.3f}"
-            f"  {comm_s:>6}"
+            f"  {decimals(r['comm_acc']):>6}"
         )
     return "\n".join(rows)

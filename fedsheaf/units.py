@@ -36,6 +36,16 @@ def human_bytes(n: Any, *, compact: bool = False) -> str:
     return f"{int(n)} B"
 
 
+def decimals(value: Any, digits: int = 3) -> str:
+    """A number to ``digits`` decimals; "–" for a missing or undefined one (NaN: the
+    communication accuracy of agents without neighbours).
+
+    >>> decimals(0.91234), decimals(float("nan")), decimals(None), decimals(12.0, 1)
+    ('0.912', '–', '–', '12.0')
+    """
+    return f"{value:.{digits}f}" if isinstance(value, int | float) and value == value else "–"
+
+
 def count(n: int, noun: str) -> str:
     """``n`` and the noun, plural unless ``n`` is 1: ``count(1, "rank") == "1 rank"``."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

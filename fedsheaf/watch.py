@@ -23,7 +23,7 @@ from fedsheaf import run_lock
 from fedsheaf.config import SERVER_BASED, read_yaml
 from fedsheaf.errors import ConfigError
 from fedsheaf.results import FAILURE_FILE, STOP_FILE, read_failure, read_json_object, read_stop
-from fedsheaf.units import count, human_bytes
+from fedsheaf.units import count, decimals, human_bytes
 
 #: ``watch``'s exit status for a run stopped on request (SIGUSR1), to be resumed.
 STOPPED = 3
@@ -119,12 +119,6 @@ def header(cfg: dict[str, Any], run_dir: Path) -> str:
     return " · ".join([*parts, who, length, str(run_dir)])
 
 
-def _num(value: Any, digits: int = 3) -> str:
-    """A number to ``digits`` decimals; "–" for a missing or undefined one (NaN: the
-    communication accuracy of agents without neighbours)."""
-    return f"{value:.{digits}f}" if isinstance(value, int | float) and value == value else "–"
-
-
 def format_record(rec: dict[str, Any], cfg: dict[str, Any]) -> str | None:
     """One progress line for an epoch/round record (None for records of neither kind)."""
     total = _total(cfg)
@@ -136,7 +130,7 @@ def format_record(rec: dict[str, Any], cfg: dict[str, Any]) -> str | None:
         return None
     cells = [f"{step:<12}"]
     if rec.get("loss") is not None:
-        cells.append(f"loss {_num(rec['loss'], 4)}")
+        cells.append(f"loss {decimals(rec['loss'], 4)}")
     for key, label in (
         ("private_acc", "private"),
         ("comm_acc", "comm"),
@@ -147,7 +141,7 @@ def format_record(rec: dict[str, Any], cfg: dict[str, Any]) -> str | None:
     ):
         if rec.get(key) is not None:
             value = rec[key]
-            text = f"{value:.3g}" if key == "gram_err_star" else _num(value)
+            text = f"{value:.3g}" if key == "gram_err_star" else decimals(value)
             cells.append(f"{label} {text}")
     if rec.get("seconds") is not None:
         cells.append(f"{rec['seconds']:.2f} s")
@@ -171,7 +165,7 @@ def format_record(rec: dict[str, Any], cfg: dict[str, Any]) -> str | None:
 
 def finished_line(summary: dict[str, Any]) -> str:
     """Closing line from summary.json."""
-    cells = [f"finished in {_num(summary.get('wall_seconds'), 1)} s:"]
+    cells = [f"finished in {decimals(summary.get('wall_seconds'), 1)} s:"]
     for key, label in (
         ("private_acc", "private"),
         ("comm_acc", "comm"),
@@ -181,7 +175,7 @@ def finished_line(summary: dict[str, Any]) -> str:
         ("score", "score"),
     ):
         if summary.get(key) is not None:
-            cells.append(f"{label} {_num(summary[key], 4)}")
+            cells.append(f"{label} {decimals(summary[key], 4)}")
     if summary.get("score_is"):
         cells.append(f"({summary['score_is']})")
     return " ".join(cells)

@@ -67,7 +67,7 @@ def test_agent_table_lists_every_agent():
         dict(agent=0, dim=16, degree=0, private_acc=0.75, comm_acc=float("nan")),
     ]
     lines = agent_table(recs).splitlines()
-    assert lines[2].split() == ["0", "16", "0", "0.750", "-"]
+    assert lines[2].split() == ["0", "16", "0", "0.750", "–"]  # as watch and the epoch lines
     assert lines[3].split() == ["1", "24", "2", "0.500", "0.250"]
 
 

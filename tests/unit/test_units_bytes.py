@@ -75,3 +75,11 @@ def test_counts_read_as_english():
     from fedsheaf.units import count
 
     assert [count(n, "rank") for n in (0, 1, 2)] == ["0 ranks", "1 rank", "2 ranks"]
+
+
+@pytest.mark.parametrize(
+    ("value", "digits", "text"),
+    [(0.91234, 3, "0.912"), (12, 1, "12.0"), (float("nan"), 3, "–"), (None, 3, "–"), ("x", 2, "–")],
+)
+def test_decimals_say_a_dash_for_what_is_not_a_number(value: Any, digits: int, text: str) -> None:
+    assert units.decimals(value, digits) == text
