@@ -73,19 +73,16 @@ class HeadRunner(ClientRunner):
         }
 
     # ---- training -------------------------------------------------------------
-    def local_update(
-        self, client: int, shared: np.ndarray, round_: int
-    ) -> tuple[np.ndarray, float]:
-        """Train head and backbone from the broadcast; align if asked; upload the head."""
-        self.install(client, shared)
+    def train_locally(self, client: int, round_: int) -> float:
+        """Train head and backbone from the broadcast head (the proximal term's
+        reference); then align the head to it, if asked, before it is uploaded."""
         model: UFMNet = self.model  # type: ignore[assignment]
         self._ref = model.head.weight.detach().clone()
-        loss = self.run_schedule(client, self.algorithm.local_schedule(), round_)
+        loss = super().train_locally(client, round_)
         if self.hc.align:
             align_head_(model.head, model.feature, self._ref)
         self._ref = None
-        self.state[client] = self._snapshot(self.private)
-        return self.shared.flatten(self.model), loss
+        return loss
 
     caches_head_features = False  # the UFM objective needs the features H_m themselves
 

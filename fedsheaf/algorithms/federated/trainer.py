@@ -180,9 +180,13 @@ class ClientRunner:
     ) -> tuple[np.ndarray, float]:
         """Run the local schedule; return the new shared vector and the mean loss."""
         self.install(client, shared)
-        loss = self.run_schedule(client, self.algorithm.local_schedule(), round_)
+        loss = self.train_locally(client, round_)
         self.state[client] = self._snapshot(self.private)
         return self.shared.flatten(self.model), loss
+
+    def train_locally(self, client: int, round_: int) -> float:
+        """The local schedule of ``client`` (installed); its mean batch loss."""
+        return self.run_schedule(client, self.algorithm.local_schedule(), round_)
 
     def final_update(self, client: int, shared: np.ndarray, round_: int) -> float:
         """Run the final schedule (e.g. head fine-tuning); the client keeps what it trained."""
