@@ -96,6 +96,19 @@ def describe_graph_run(cfg: ExperimentConfig, graph: Graph, ds: Dataset, steps: 
     )
 
 
+def describe_server_run(
+    cfg: ExperimentConfig, n_workers: int, task: str, placement: str = ""
+) -> str:
+    """A server-based run in words (``task``: its task's description, ``placement``:
+    what follows the worker count): the start of its first log line."""
+    fc = cfg.federated
+    return (
+        f"{cfg.algorithm} '{cfg.name}': {fc.clients} clients on "
+        f"{count(n_workers, 'worker rank')}{placement}, {task}, "
+        f"{count(per_round(cfg), 'client')} per round, {count(fc.rounds, 'round')}"
+    )
+
+
 def ignored_warning(cfg: ExperimentConfig) -> str | None:
     """The start-up warning naming the settings ``cfg``'s algorithm never reads."""
     ignored = cfg.ignored_settings()
@@ -242,11 +255,7 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
         fingerprint_data(cfg, task.fingerprint(), path)
         task.load_clients([0], cpu)
         task.build_model()
-        run = (
-            f"{cfg.algorithm} '{cfg.name}': {fc.clients} clients on "
-            f"{count(n_ranks - 1, 'worker rank')}, {task.describe()}, "
-            f"{count(per_round(cfg), 'client')} per round, {count(fc.rounds, 'round')}"
-        )
+        run = describe_server_run(cfg, n_ranks - 1, task.describe())
     shown = [w for w in warnings if w is not None]
     return Verdict(f"{run}, seed {cfg.seed}", shown, _action(cfg, n_ranks))
 

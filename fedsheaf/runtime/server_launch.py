@@ -88,7 +88,7 @@ from fedsheaf.algorithms.federated.task import Task
 from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.config import ExperimentConfig
 from fedsheaf.errors import ConfigError
-from fedsheaf.preflight import fingerprint_data, per_round
+from fedsheaf.preflight import describe_server_run, fingerprint_data, per_round
 from fedsheaf.results import RunDir
 from fedsheaf.runtime.launch import checkpointer, load_latest, open_run_dir, settle_config
 from fedsheaf.runtime.star import NO_CLIENT, Star
@@ -437,13 +437,11 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         if moved
         else "static placement"
     )
+    run = describe_server_run(
+        cfg, star.n_workers, task.describe(), f" (up to {per_rank} per rank), {placed}"
+    )
     world.log(
-        f"fedsheaf: {cfg.algorithm} '{cfg.name}': {fc.clients} clients on "
-        f"{count(star.n_workers, 'worker rank')} (up to {per_rank} per rank), "
-        f"{placed}, "
-        f"{task.describe()}, "
-        f"{count(per_round(cfg), 'client')} per round, "
-        f"{count(fc.rounds, 'round')}; "
+        f"fedsheaf: {run}; "
         f"{algorithm.describe()}; {runner.shared.size} shared parameters "
         f"({human_bytes(runner.shared.nbytes, compact=True)}); "
         f"device {world.device}, {count(world.threads, 'thread')} per rank, seed {cfg.seed}"
