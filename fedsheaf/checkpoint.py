@@ -298,25 +298,25 @@ def load_rank(ckpt: Checkpoint, rank: int) -> dict[str, Any]:
 
 
 # ---- run-directory housekeeping ----------------------------------------------
-def check_fresh_start(run_dir: str | Path, overwrite: bool) -> None:
-    """Before a run starts from epoch 0 in ``run_dir``: refuse to mix with an unfinished run.
-
-    With ``overwrite`` the old checkpoints are deleted (results.RunDir deletes
-    the metrics); without it, an unfinished run's metrics or checkpoints are an
-    error that says how to resume instead.
-    """
+def refuse_unfinished(run_dir: str | Path) -> None:
+    """Before a run starts from epoch 0 in ``run_dir`` (without ``output.overwrite``):
+    an unfinished run's metrics or checkpoints there are an error that says how to
+    resume instead (a finished run is results.RunDir's to report)."""
     run_dir = Path(run_dir)
-    if overwrite:
-        shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)
-        return
     if (run_dir / "summary.json").exists():
-        return  # results.RunDir reports the finished run
+        return
     if (run_dir / "metrics.jsonl").exists() or checkpoints_dir(run_dir).exists():
         raise CheckpointError(
             f"run directory {run_dir} holds an unfinished run; continue it with "
             f"'fedsheaf run --resume {run_dir}' (or checkpoint.resume=true), or start "
             "over with output.overwrite=true"
         )
+
+
+def delete_checkpoints(run_dir: str | Path) -> None:
+    """Before a run starts over in ``run_dir`` (``output.overwrite``): its earlier
+    checkpoints go (results.RunDir deletes the metrics)."""
+    shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)
 
 
 def rewrite_metrics(path: str | Path, records: list[dict[str, Any]]) -> None:

@@ -145,7 +145,7 @@ def check_run_dir(cfg: ExperimentConfig, path: Path) -> None:
     check_run_files(path)
     if not cfg.checkpoint.resume:
         if not cfg.output.overwrite:
-            checkpoint.check_fresh_start(path, False)
+            checkpoint.refuse_unfinished(path)
     elif (path / "config.yaml").is_file():
         saved = check_resume(path, cfg)
         if (path / "summary.json").exists():

@@ -162,7 +162,7 @@ def open_run_dir(cfg: ExperimentConfig, path: Path) -> RunDir:
         if note is not None:  # finished by another job since the first look
             raise ConfigError(note.removeprefix("fedsheaf: "))
     if not cfg.checkpoint.resume and cfg.output.overwrite:
-        checkpoint.check_fresh_start(path, True)
+        checkpoint.delete_checkpoints(path)
     return RunDir(path, cfg.output.overwrite, extend=cfg.checkpoint.resume, lock=True)
 
 

@@ -113,17 +113,17 @@ def test_other_rank_count_and_damaged_files_are_clear_errors(tmp_path):
 
 
 def test_fresh_start_refuses_an_unfinished_run(tmp_path):
-    checkpoint.check_fresh_start(tmp_path / "new", overwrite=False)
+    checkpoint.refuse_unfinished(tmp_path / "new")
     _save_all(tmp_path, 1, 1)
     with pytest.raises(CheckpointError, match="unfinished run.*--resume"):
-        checkpoint.check_fresh_start(tmp_path, overwrite=False)
-    checkpoint.check_fresh_start(tmp_path, overwrite=True)
+        checkpoint.refuse_unfinished(tmp_path)
+    checkpoint.delete_checkpoints(tmp_path)
     assert not (tmp_path / "checkpoints").exists()
     (tmp_path / "metrics.jsonl").write_text("{}\n")
     with pytest.raises(CheckpointError, match="unfinished run"):
-        checkpoint.check_fresh_start(tmp_path, overwrite=False)
+        checkpoint.refuse_unfinished(tmp_path)
     (tmp_path / "summary.json").write_text("{}")
-    checkpoint.check_fresh_start(tmp_path, overwrite=False)  # RunDir reports finished runs
+    checkpoint.refuse_unfinished(tmp_path)  # RunDir reports finished runs
 
 
 def test_rewrite_metrics_keeps_exactly_the_given_records(tmp_path):
