@@ -181,14 +181,22 @@ def finished_line(summary: dict[str, Any]) -> str:
     return " ".join(cells)
 
 
-def _quiet_minutes(run_dir: Path) -> float:
-    """Minutes since the run last wrote a record (or its config, before the first)."""
+def _quiet_minutes(run_dir: Path, since_lock: bool = True) -> float:
+    """Minutes since the run last wrote a record (or its config, before the first) or,
+    with ``since_lock``, a job took it up (a resume writes the lock as it takes it)."""
+    times = []
     for name in ("metrics.jsonl", "config.yaml"):
         try:
-            return (time.time() - (run_dir / name).stat().st_mtime) / 60
+            times.append((run_dir / name).stat().st_mtime)
+            break
         except OSError:
             continue
-    return 0.0
+    if since_lock:
+        try:
+            times.append((run_dir / run_lock.LOCK_FILE).stat().st_mtime)
+        except OSError:
+            pass
+    return (time.time() - max(times)) / 60 if times else 0.0
 
 
 def _since_last(run_dir: Path) -> str:
@@ -196,7 +204,7 @@ def _since_last(run_dir: Path) -> str:
     looks like this; a job that is alive writes a record every epoch or round)."""
     if not (run_dir / "metrics.jsonl").is_file():
         return ""
-    age = _quiet_minutes(run_dir)
+    age = _quiet_minutes(run_dir, since_lock=False)
     if age < 1:
         return ""
     return (
@@ -226,6 +234,7 @@ def watch(
     once: bool = False,
     out: TextIO | None = None,
     stall: float = 30.0,
+    until_finished: bool = False,
 ) -> int:
     """Print progress of the run in ``run_dir``; return when it has finished (0), when it
     has failed (1: its job ended on an error, which the run's ``failed.json`` names), when
@@ -236,6 +245,8 @@ def watch(
     asking whether the job still runs (a job killed outright leaves no summary and no
     ``failed.json``), and so does a run directory (or config) still absent after ``stall``
     minutes (a job refused at start-up, a bad config say, writes nothing there).
+    ``until_finished`` follows a stopped run on through its resume (a job requeued at
+    its time limit) until it finishes or fails.
     """
     out = out if out is not None else sys.stdout
     run_dir = Path(run_dir)
@@ -279,6 +290,7 @@ def watch(
     config_stamp = _version(run_dir / "config.yaml")
     job_seen = False  # whether a job has been seen holding the run's lock
     free_since: float | None = None  # since when no job has held it
+    stopped = False  # (until_finished) waiting for a stopped run's resume
     while True:
         # first: a job found gone here has written all it ever will before the reads below
         held = run_lock.probe(run_dir)
@@ -319,13 +331,27 @@ def watch(
             print(_failed_line(failure), file=out, flush=True)
             return 1
         if stop is not None:  # nothing more until it is resumed (a requeued job, by hand)
-            print(
-                f"{stop}, its checkpoint written; a requeued job continues it, or: "
-                f"fedsheaf run --resume {run_dir}",
-                file=out,
-                flush=True,
-            )
-            return STOPPED
+            resume = f"fedsheaf run --resume {run_dir}"
+            if once or not until_finished:
+                print(
+                    f"{stop}, its checkpoint written; a requeued job continues it, or: {resume}",
+                    file=out,
+                    flush=True,
+                )
+                return STOPPED
+            if not stopped:
+                print(
+                    f"{stop}, its checkpoint written; waiting for a requeued job (or: "
+                    f"{resume}) to continue it",
+                    file=out,
+                    flush=True,
+                )
+            stopped = True
+            time.sleep(interval)
+            continue
+        if stopped:
+            print("resumed", file=out, flush=True)
+            stopped = False
         unit = "round" if _family(cfg) == "server" else "epoch"
         state = f"{count(seen, unit)} so far" if seen else f"no {unit}s recorded yet"
         free_since = (free_since or time.monotonic()) if held is False else None
@@ -386,7 +412,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "line of RUN_DIR/metrics.jsonl as it appears; stops when summary.json appears "
         "(exit 0), when failed.json says the job ended on an error (exit 1), or when "
         "stopped.json says the run stopped on request (SIGUSR1) with a checkpoint, to be "
-        "resumed (exit 3)."
+        "resumed (exit 3; with --until-finished it waits for the resume)."
     )
     parser.add_argument("run_dir", metavar="RUN_DIR", help="the run's output directory")
     parser.add_argument(
@@ -405,10 +431,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="say so when no record has come for MIN minutes, or no run has started "
         "(default: %(default)s)",
     )
+    parser.add_argument(
+        "--until-finished",
+        action="store_true",
+        help="follow a run stopped with its checkpoint (SIGUSR1, a job requeued at its time "
+        "limit) on through its resume, until it finishes or fails",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        return watch(args.run_dir, args.interval, args.once, stall=args.stall)
+        return watch(
+            args.run_dir,
+            args.interval,
+            args.once,
+            stall=args.stall,
+            until_finished=args.until_finished,
+        )
     except KeyboardInterrupt:
         return 130

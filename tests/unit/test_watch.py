@@ -438,6 +438,49 @@ def test_a_run_stopped_on_request_is_stopped_until_resumed(tmp_path):
     assert not (path / STOP_FILE).exists()
 
 
+def test_until_finished_follows_a_stopped_run_through_its_requeued_resume(tmp_path):
+    """A job stopped at its time limit and requeued: watch --until-finished waits for
+    the resume (a job taking the run's lock) and follows it to the run's end."""
+    from fedsheaf.runtime.stop_request import leave_note
+    from tests.unit.test_run_lock import _holder
+
+    path = make_decentralized(tmp_path, "run", epochs=2, finished=False)
+    longer = make_decentralized(tmp_path, "longer", epochs=3)
+    leave_note(path, "epoch", 2)
+    old = time.time() - 60  # written before the resume took the lock
+    os.utime(path / "stopped.json", (old, old))
+    out = _Signalling("waiting for a requeued job")
+    jobs = []
+
+    def requeued_resume():
+        assert out.event.wait(timeout=60)
+        time.sleep(0.1)  # polls that find it still stopped: said once
+        jobs.append(_holder(path))  # the requeued job takes the run's lock
+        time.sleep(0.1)
+        os.replace(longer / "config.yaml", path / "config.yaml")
+        (path / "stopped.json").unlink()  # its settle_config clears the stop
+        with open(path / "metrics.jsonl", "a") as fh:
+            fh.write((longer / "metrics.jsonl").read_text().splitlines(keepends=True)[2])
+        time.sleep(0.1)
+        os.replace(longer / "summary.json", path / "summary.json")
+
+    try:
+        assert watch_beside(requeued_resume, path, out, interval=0.02, until_finished=True) == 0
+    finally:
+        for job in jobs:
+            job.communicate("", timeout=30)
+    lines = out.getvalue().splitlines()
+    waiting = [ln for ln in lines if "waiting for a requeued job" in ln]
+    assert waiting == [
+        "stopped on SIGUSR1 after epoch 2, its checkpoint written; waiting for a requeued "
+        f"job (or: fedsheaf run --resume {path}) to continue it"
+    ]
+    assert lines.index(waiting[0]) + 1 == lines.index("resumed")
+    assert [ln.split()[1] for ln in lines if ln.startswith("epoch ")][-1] == "3/3"
+    assert lines[-1].startswith("finished in")
+    assert cli.main(["watch", str(path), "--until-finished", "--once"]) == 0
+
+
 def test_a_job_killed_outright_is_told_from_a_running_one_by_the_runs_lock(tmp_path):
     """SIGKILL leaves no summary and no failed.json; the run's lock, which dies with its
     holder, says the job is gone (watch: exit 1; report: interrupted)."""
