@@ -449,6 +449,8 @@ def test_until_finished_follows_a_stopped_run_through_its_requeued_resume(tmp_pa
     leave_note(path, "epoch", 2)
     old = time.time() - 60  # written before the resume took the lock
     os.utime(path / "stopped.json", (old, old))
+    queued = time.time() - 45 * 60  # the requeued job waited in the queue
+    os.utime(path / "metrics.jsonl", (queued, queued))
     out = _Signalling("waiting for a requeued job")
     jobs = []
 
@@ -465,7 +467,10 @@ def test_until_finished_follows_a_stopped_run_through_its_requeued_resume(tmp_pa
         os.replace(longer / "summary.json", path / "summary.json")
 
     try:
-        assert watch_beside(requeued_resume, path, out, interval=0.02, until_finished=True) == 0
+        assert (
+            watch_beside(requeued_resume, path, out, interval=0.02, stall=30, until_finished=True)
+            == 0
+        )
     finally:
         for job in jobs:
             job.communicate("", timeout=30)
@@ -476,6 +481,7 @@ def test_until_finished_follows_a_stopped_run_through_its_requeued_resume(tmp_pa
         f"job (or: fedsheaf run --resume {path}) to continue it"
     ]
     assert lines.index(waiting[0]) + 1 == lines.index("resumed")
+    assert not [ln for ln in lines if ln.startswith("no new record")]  # (counted from the lock)
     assert [ln.split()[1] for ln in lines if ln.startswith("epoch ")][-1] == "3/3"
     assert lines[-1].startswith("finished in")
     assert cli.main(["watch", str(path), "--until-finished", "--once"]) == 0
