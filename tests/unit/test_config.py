@@ -53,7 +53,7 @@ def test_every_shipped_config_has_a_test():
 
 @pytest.mark.parametrize("path", _shipped("study"), ids=lambda p: p.stem)
 def test_shipped_studies_expand_into_valid_run_configs(path, monkeypatch):
-    from fedsheaf.sweep import expand
+    from fedsheaf.study import expand
 
     monkeypatch.chdir(REPO)  # a study's paths are relative to where it is run from
 

@@ -14,14 +14,8 @@ from fedsheaf import cli
 from fedsheaf.config import load_config
 from fedsheaf.errors import ConfigError
 from fedsheaf.graphs import load_graph
-from fedsheaf.sweep import (
-    after_interrupt,
-    emit,
-    expand,
-    launch_retrying,
-    restart_overrides,
-    write_manifest,
-)
+from fedsheaf.study import expand, write_manifest
+from fedsheaf.sweep import after_interrupt, emit, launch_retrying, restart_overrides
 
 REPO = Path(__file__).resolve().parents[2]
 
