@@ -14,6 +14,8 @@ eigenvalues), so the matrix powers use a Daleckii–Krein backward that stays fi
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -26,7 +28,7 @@ class _SymPow(torch.autograd.Function):
     """``S ↦ S^p`` for symmetric positive-definite ``S`` (eigh), computed in float64."""
 
     @staticmethod
-    def forward(ctx, s: Tensor, p: float) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, s: Tensor, p: float) -> Tensor:  # type: ignore[override]
         lam, q = torch.linalg.eigh(s.to(torch.float64))
         lam = lam.clamp_min(torch.finfo(torch.float64).tiny)
         ctx.save_for_backward(lam, q)
@@ -34,7 +36,7 @@ class _SymPow(torch.autograd.Function):
         return ((q * lam.pow(p)) @ q.T).to(s.dtype)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
         lam, q = ctx.saved_tensors
         p = ctx.p
         f = lam.pow(p)
