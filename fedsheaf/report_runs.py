@@ -259,6 +259,7 @@ def final_metrics(run: RunInfo) -> dict[str, Any]:
     else:
         out["bytes"] = sum(step_bytes(run, r) for r in recs)
     out["eval_bytes"] = sum(eval_bytes(r) for r in recs) if run.family == "decentralized" else None
+    out["peak_rss_bytes"] = (s.get("memory") or {}).get("peak_rss_bytes_max")
     return out
 
 
@@ -303,11 +304,14 @@ def csv_cell(value: Any) -> Any:
 def runs_table_csv(runs: list[RunInfo]) -> str:
     """All runs, both families' metric columns (blank where a family has none)."""
     buf = io.StringIO()
+    rows = [run_row(run) for run in runs]
     cols = [*BASE_COLS, *DECENTRALIZED_COLS, *SERVER_COLS]
+    if any(row["peak_rss_bytes"] is not None for row in rows):  # (runs from before: none)
+        cols.append("peak_rss_bytes")
     w = csv.DictWriter(buf, cols, extrasaction="ignore", lineterminator="\n")
     w.writeheader()
-    for run in runs:
-        w.writerow({k: csv_cell(v) for k, v in run_row(run).items()})
+    for row in rows:
+        w.writerow({k: csv_cell(v) for k, v in row.items()})
     return buf.getvalue()
 
 
@@ -325,7 +329,9 @@ def runs_table_markdown(runs: list[RunInfo]) -> str:
         # drop metric columns no run of this family has (e.g. test_mse for classifiers)
         cols = [c for c in metric_cols if any(row.get(c) is not None for row in rows)]
         traffic = ["train bytes", "eval bytes"] if family == "decentralized" else ["bytes"]
+        memory = any(row["peak_rss_bytes"] is not None for row in rows)
         head = ["run", "algorithm", "seed", "status", step, *cols, "wall s", *traffic]
+        head += ["peak RSS a rank"] if memory else []
         lines = [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for row in rows:
             cells = [row["run"], row["algorithm"], _fmt(row["seed"]), row["status"]]
@@ -333,6 +339,8 @@ def runs_table_markdown(runs: list[RunInfo]) -> str:
             cells += [_fmt(row["wall_seconds"]), human_bytes(row["bytes"])]
             if family == "decentralized":
                 cells.append(human_bytes(row["eval_bytes"]))
+            if memory:
+                cells.append(human_bytes(row["peak_rss_bytes"]))
             lines.append("| " + " | ".join(cells) + " |")
         parts.append("\n".join(lines) + "\n")
     return "\n".join(parts)

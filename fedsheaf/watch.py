@@ -178,6 +178,9 @@ def finished_line(summary: dict[str, Any]) -> str:
             cells.append(f"{label} {decimals(summary[key], 4)}")
     if summary.get("score_is"):
         cells.append(f"({summary['score_is']})")
+    peak = (summary.get("memory") or {}).get("peak_rss_bytes_max")
+    if peak is not None:
+        cells.append(f"· peak memory {human_bytes(peak)} a rank")
     return " ".join(cells)
 
 

@@ -175,11 +175,12 @@ def mpirun() -> Callable[..., subprocess.CompletedProcess[str]]:
 
 
 #: Wall-clock fields of metrics and summaries: never equal between two runs.
-TIMING = ("seconds", "train_seconds", "wall_seconds")
+TIMING = ("seconds", "train_seconds", "wall_seconds", "memory")
 
 
 def untimed(obj: object) -> object:
-    """``obj`` (records, summaries) without its wall-clock fields, for exact comparison."""
+    """``obj`` (records, summaries) without what the machine decides (wall-clock times,
+    peak memory), for exact comparison."""
     if isinstance(obj, dict):
         return {k: untimed(v) for k, v in obj.items() if k not in TIMING}
     if isinstance(obj, list):

@@ -324,6 +324,7 @@ def collect(records: list[dict[str, Any]]) -> tuple[dict[str, list], list[dict[s
         out = rec.pop("output", None)
         if out is not None:
             rec["environment"] = out.get("environment")
+            rec["memory"] = out.get("memory")
             for case, result in out.get("results", {}).items():
                 if result is not None:
                     results.setdefault(case, []).append(result)

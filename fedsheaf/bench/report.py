@@ -3,7 +3,7 @@
 A results document is a dict::
 
     {"meta": {size, device, host, cores, started, seconds, notes, ...},
-     "launches": [{label, ranks, cases, seconds, returncode, log, environment}, ...],
+     "launches": [{label, ranks, cases, seconds, returncode, log, environment, memory}, ...],
      "results": {case: [one result per launch that ran the case], ...}}
 
 :func:`evaluate` turns it into one row per target and place measured;
@@ -18,6 +18,7 @@ from typing import Any
 
 from fedsheaf.bench.plan import K_METHOD
 from fedsheaf.results import atomic_write_json, atomic_write_text
+from fedsheaf.units import human_bytes
 
 MET, MISSED, NOT_HERE, FAILED = "met", "missed", "not measurable here", "no result"
 
@@ -469,6 +470,7 @@ def render_markdown(doc: dict[str, Any]) -> str:
         present = [r for r in res.get(case, []) if r]
         if present:
             out += render(present)
+    out += _memory_md(doc.get("launches", []))
     failed = [la for la in doc.get("launches", []) if la.get("returncode") != 0]
     if failed:
         out += ["## Launches without a result", ""]
@@ -484,6 +486,43 @@ def render_markdown(doc: dict[str, Any]) -> str:
         ]
         out.append("")
     return "\n".join(out)
+
+
+def _memory_md(launches: list[dict[str, Any]]) -> list[str]:
+    """Each launch's peak memory per rank (:mod:`fedsheaf.memory`): a scheduler's RSS
+    view, the part of it that is shared library files, and the GPU allocator's peak."""
+    rows = []
+    for la in launches:
+        mem = la.get("memory") or {}
+        if not mem.get("peak_rss_bytes"):
+            continue  # did not finish, or from before memory was recorded
+        files = mem.get("file_rss_bytes_max")
+        rows.append(
+            [
+                la["label"],
+                la.get("ranks"),
+                human_bytes(mem["peak_rss_bytes_max"]),
+                human_bytes(files) if files is not None else "–",
+                human_bytes(mem["peak_rss_bytes_total"]),
+                human_bytes(mem.get("peak_cuda_bytes_max")),
+            ]
+        )
+    if not rows:
+        return []
+    out = [
+        "## Memory (peak per rank, over all of a launch's cases)",
+        "",
+        "Peak resident set per rank (what a scheduler's RSS accounting sees), the part of it "
+        "that is library files (torch's above all; a node's ranks share these pages, so a "
+        "node holds them once), the sum over the launch's ranks, and on a GPU the most "
+        "memory torch allocated on a rank (its CUDA context and cache come on top).",
+        "",
+    ]
+    out += _table(
+        ["launch", "ranks", "peak RSS (largest rank)", "library files (most)", "sum", "GPU"],
+        rows,
+    )
+    return [*out, ""]
 
 
 def _launch_failure(la: dict[str, Any]) -> str:

@@ -2,7 +2,8 @@
 
 ``SPEC`` is a JSON file written by ``fedsheaf bench`` (see :mod:`fedsheaf.bench.plan`):
 the cases to run and their settings. Rank 0 writes ``{"spec", "environment",
-"results": {case: result}}`` to ``OUT``.
+"results": {case: result}, "memory"}`` to ``OUT`` (``memory``: every rank's peak, at the
+end of all its cases, :func:`fedsheaf.memory.per_rank`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fedsheaf.bench.clients import CASES as CLIENT_CASES
 from fedsheaf.bench.decentralized import CASES as DECENTRALIZED_CASES
 from fedsheaf.bench.pilot_cost import CASES as PILOT_CASES
 from fedsheaf.bench.ranks import environment
+from fedsheaf.memory import peak_memory, per_rank
 from fedsheaf.results import atomic_write_json
 from fedsheaf.runtime.world import exit_at_once, init_world, refuse_unusable_gpus
 
@@ -36,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     for case in spec["cases"]:
         world.log(f"fedsheaf bench: {spec['label']}: {case} on {world.size} ranks")
         results[case] = CASES[case](world, spec)
-    if world.is_root:
-        atomic_write_json(args[1], {"spec": spec, "environment": env, "results": results})
+    peaks = world.gather(peak_memory(world.device))
+    if world.is_root and peaks is not None:
+        out = {"spec": spec, "environment": env, "results": results, "memory": per_rank(peaks)}
+        atomic_write_json(args[1], out)
     world.barrier()
     return 0
 

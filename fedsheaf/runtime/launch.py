@@ -8,7 +8,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fedsheaf import checkpoint, experiment, run_lock
+from fedsheaf import checkpoint, experiment, memory, run_lock
 from fedsheaf.algorithms import DECENTRALIZED
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
 from fedsheaf.config import ExperimentConfig, dump_config
@@ -114,7 +114,8 @@ def run_decentralized(
     algo.run(first_epoch, checkpointer(cfg, job, run_path, state, digest))
     elapsed = clock.stop()
     nbr.free()
-    if not world.is_root or recorder.last is None:
+    peaks = world.gather(memory.peak_memory(world.device))  # (a hub's agents: not its server)
+    if not world.is_root or recorder.last is None or peaks is None:
         return None
     final = recorder.last
     summary = {k: v for k, v in final.items() if k != "agents"}
@@ -127,6 +128,7 @@ def run_decentralized(
         threads_per_rank=world.threads,
         agents=final["agents"],
         bytes_sent_total=sum(r["bytes_sent"] for r in recorder.history),
+        memory=memory.per_rank(peaks),
     )
     for key in ("server_bytes_sent", "server_bytes_received"):  # the centralized baselines
         if all(key in r for r in recorder.history):  # not for runs resumed from before it
@@ -135,6 +137,7 @@ def run_decentralized(
     summary.update(extras)
     run_dir.write_summary(summary)
     world.log("\n" + agent_table(final["agents"]))
+    world.log(memory.describe(summary["memory"]))
     if extras:
         world.log("\n" + "  ".join(f"{k} {v}" for k, v in extras.items()))
     world.log(f"\nnetwork: {accuracies(summary)}  [{clock.describe()}; results in {run_dir.path}]")

@@ -72,7 +72,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsheaf import checkpoint
+from fedsheaf import checkpoint, memory
 from fedsheaf.algorithms.federated import FEDERATED
 from fedsheaf.algorithms.federated.protocol import (
     average,
@@ -464,7 +464,8 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     history = rounds.run(checkpointer(cfg, world, run_path, state, digest))
     star.close()
     elapsed = clock.stop()
-    if not world.is_root or run_dir is None:
+    peaks = world.gather(memory.peak_memory(world.device))
+    if not world.is_root or run_dir is None or peaks is None:
         return None
     summary: dict[str, Any] = {
         "name": cfg.name,
@@ -481,9 +482,11 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         "threads_per_rank": world.threads,
         "bytes_up_total": sum(r["bytes_up"] for r in history),
         "bytes_down_total": sum(r["bytes_down"] for r in history),
+        "memory": memory.per_rank(peaks),  # rank 0: the server
     }
     run_dir.write_summary(summary)
     world.log("\n" + task.result_table(summary))
+    world.log(memory.describe(summary["memory"]))
     world.log(f"[{clock.describe()}; results in {run_dir.path}]")
     return summary
 

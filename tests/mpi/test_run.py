@@ -45,6 +45,12 @@ def test_quickstart_mesh_writes_results_and_is_deterministic(mpirun, tmp_path):
     summary = json.loads((tmp_path / "r0" / "summary.json").read_text())
     assert [a["dim"] for a in summary["agents"]] == [16, 24, 32, 24]
     assert 0.0 <= summary["comm_acc"] <= 1.0 and 0.0 <= summary["private_acc"] <= 1.0
+    # every rank's peak RAM (each has torch loaded: tens of MB at the least), and the job's
+    mem = summary["memory"]
+    assert len(mem["peak_rss_bytes"]) == 4 and min(mem["peak_rss_bytes"]) > 50e6
+    assert mem["peak_rss_bytes_max"] == max(mem["peak_rss_bytes"])
+    assert mem["peak_rss_bytes_total"] == sum(mem["peak_rss_bytes"])
+    assert "peak_cuda_bytes" not in mem and "peak memory " in out and " a rank (rank " in out
     resolved = yaml.safe_load((tmp_path / "r0" / "config.yaml").read_text())
     assert resolved["seed"] == 3 and resolved["train"]["epochs"] == 2
     # pilot traffic of one epoch: every agent sends d_i x K float32 to each neighbour per step

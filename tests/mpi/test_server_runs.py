@@ -233,6 +233,8 @@ def test_local_trains_every_client_every_round_and_shares_nothing(mpirun, tmp_pa
         assert not any(k.startswith("params") and v for k, v in r["bytes"].items())
     summary = json.loads((tmp_path / "runs" / "local" / "summary.json").read_text())
     assert summary["shared_params"] == 0 and summary["final_acc"] is None
+    peaks = summary["memory"]["peak_rss_bytes"]  # the server's, then each worker's
+    assert len(peaks) == 3 and min(peaks) > 50e6 and "peak memory " in proc.stdout
     # a Local run begun when Local sampled its clients is not continued differently
     server_file = tmp_path / "runs" / "local" / "checkpoints" / "epoch-0002" / "rank-0.pt"
     state = torch.load(server_file, weights_only=True)

@@ -194,3 +194,24 @@ def test_the_load_average_reads_as_three_short_numbers():
         "5.92, 6.24, 7.27 (1, 5, 15 min)"
     )
     assert load_average(None) == "not known"  # no os.getloadavg on the machine
+
+
+def test_each_launch_that_finished_has_a_memory_row() -> None:
+    from fedsheaf.memory import per_rank
+
+    doc = document("cuda:0")
+    cpu = per_rank([{"rss": 900_000_000, "file": 500_000_000}, {"rss": 1_100_000_000, "file": 0}])
+    gpu = per_rank([{"rss": 2_000_000_000, "file": 600_000_000, "cuda": 3_000_000_000}])
+    doc["launches"] += [
+        {"label": "pair", "ranks": 2, "returncode": 0, "memory": cpu},
+        {"label": "table2", "ranks": 1, "returncode": 0, "memory": gpu},
+        {"label": "old", "ranks": 4, "returncode": 0},  # from before memory was recorded
+    ]
+    md = render_markdown(doc).splitlines()
+    head = md.index("## Memory (peak per rank, over all of a launch's cases)")
+    rows = [ln for ln in md[head:] if ln.startswith("| ")][1:]
+    assert rows == [
+        "| pair | 2 | 1.10 GB | 500.00 MB | 2.00 GB | – |",
+        "| table2 | 1 | 2.00 GB | 600.00 MB | 2.00 GB | 3.00 GB |",
+    ]
+    assert "## Memory" not in render_markdown(document())  # no launch recorded any

@@ -212,6 +212,28 @@ def test_server_only_markdown_drops_columns_no_run_has(tmp_path):
     assert "Decentralized" not in md and "test_mse" not in md and "| acc |" in md
 
 
+def test_runs_that_recorded_their_peak_memory_get_a_column(tmp_path):
+    """Runs from before memory was recorded keep their table as it was (no column)."""
+    import json
+
+    from fedsheaf.memory import per_rank
+
+    old = make_decentralized(tmp_path, "old", epochs=2)
+    assert "peak" not in runs_table_markdown(find_runs([old]))
+    assert "peak_rss_bytes" not in runs_table_csv(find_runs([old]))
+    new = make_decentralized(tmp_path, "new", epochs=2)
+    summary = json.loads((new / "summary.json").read_text())
+    summary["memory"] = per_rank([{"rss": 900_000_000}, {"rss": 1_200_000_000}])
+    (new / "summary.json").write_text(json.dumps(summary))
+    runs = find_runs([tmp_path])
+    md = runs_table_markdown(runs).splitlines()
+    assert md[2].endswith("| wall s | train bytes | eval bytes | peak RSS a rank |")
+    assert md[4].startswith("| new |") and md[4].endswith("| 1.20 GB |")
+    assert md[5].startswith("| old |") and md[5].endswith("| – |")
+    rows = list(csv.DictReader(io.StringIO(runs_table_csv(runs))))
+    assert [r["peak_rss_bytes"] for r in rows] == ["1200000000", ""]
+
+
 def test_torn_last_line_is_skipped(tmp_path):
     path = make_decentralized(tmp_path, "torn", epochs=2, finished=False)
     with open(path / "metrics.jsonl", "a") as fh:

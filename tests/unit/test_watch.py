@@ -164,6 +164,9 @@ def test_undefined_numbers_read_as_a_dash_and_the_validation_score_is_named():
     assert "comm –" in line and "val score 0.800" in line and "nan" not in line
     end = finished_line({"wall_seconds": 2.0, "private_acc": 0.9, "comm_acc": nan})
     assert end == "finished in 2.0 s: private 0.9000 comm –"
+    memory = {"peak_rss_bytes": [9e8, 1.2e9], "peak_rss_bytes_max": 1.2e9}
+    end = finished_line({"wall_seconds": 2.0, "private_acc": 0.9, "memory": memory})
+    assert end == "finished in 2.0 s: private 0.9000 · peak memory 1.20 GB a rank"
 
 
 def test_cli_watch_and_errors(tmp_path, capsys):
