@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -304,6 +305,27 @@ def run_launch_retrying(
     return again
 
 
+def source_commit(checkout: Path) -> str | None:
+    """The git commit of the fedsheaf checkout ``checkout`` (``+changes`` where its
+    tracked files differ from it), so that numbers can be traced to the code that made
+    them; None outside a git checkout (an installed copy) or without git."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD")
+    if not head or git("rev-parse", "--show-toplevel") != str(checkout):
+        return None
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return head + ("+changes" if changed else "")
+
+
 def skipped(launch: Launch, why: str) -> dict[str, Any]:
     """The record of a launch that did not run."""
     return {
@@ -510,6 +532,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"nothing to run: {'; '.join(notes)}")
     print(f"fedsheaf bench: results go to {out / tag}.json and .md", flush=True)
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    commit = source_commit(Path(__file__).resolve().parents[2])
     load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     t0 = time.perf_counter()
     records = []
@@ -549,6 +572,7 @@ def run(args: argparse.Namespace) -> int:
             "host": platform.node(),
             "cores": os.cpu_count(),
             "started": started,
+            "commit": commit,
             "seconds": time.perf_counter() - t0,
             "load_average_start": load_start,
             "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,

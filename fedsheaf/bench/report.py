@@ -439,7 +439,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         f"# fedsheaf benchmarks: {meta.get('tag', '')}",
         "",
         f"Size `{meta.get('size')}`, device `{meta.get('device')}`, host `{meta.get('host')}` "
-        f"({meta.get('cores')} cores), started {meta.get('started')}, "
+        f"({meta.get('cores')} cores), started {meta.get('started')}"
+        f"{', commit ' + meta['commit'][:12] if meta.get('commit') else ''}, "
         f"{fmt(meta.get('seconds'))} s in all; load average at start "
         f"{load_average(meta.get('load_average_start'))}. "
         f"Command: `{meta.get('command', '')}`.",

@@ -415,3 +415,32 @@ def test_pilot_batches_need_an_overhead_launch_and_are_not_timed_twice(monkeypat
     # the config's K and the K/8 method's are timed already
     assert "fedsheaf bench: note: --pilot-batches: pair times K = 8, 64 already" in out
     assert '"sheaf_frl_K=16"' in out and "sheaf_frl_K=8" not in out and "K=64" not in out
+
+
+def test_results_name_the_commit_of_the_code_that_made_them(tmp_path):
+    from fedsheaf.bench.command import source_commit
+
+    assert source_commit(tmp_path) is None  # not a git checkout (an installed copy)
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout.strip()
+
+    git("init", "-q")
+    (repo / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("commit", "-q", "-m", "a")
+    head = git("rev-parse", "HEAD")
+    assert source_commit(repo) == head
+    (repo / "new.json").write_text("{}")  # results written beside the code: not a change
+    assert source_commit(repo) == head
+    (repo / "a.py").write_text("x = 2\n")
+    assert source_commit(repo) == head + "+changes"
+    assert source_commit(repo / "sub") is None  # (a folder inside, not the checkout)
