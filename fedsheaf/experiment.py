@@ -160,7 +160,7 @@ def agent_data(ds: Dataset, part: Partition, agent: int, device: torch.device) -
 
     def take(idx: Any) -> tuple[torch.Tensor, torch.Tensor]:
         i = torch.as_tensor(idx, dtype=torch.long)
-        return ds.x[i].to(device), ds.y[i].to(device)
+        return ds.take(i).to(device), ds.y[i].to(device)
 
     (xtr, ytr), (xva, yva), (xte, yte) = (take(shard.train), take(shard.val), take(shard.test))
     x_pilot, y_pilot = take(part.pilots)
@@ -171,7 +171,7 @@ def agent_model(cfg: ExperimentConfig, ds: Dataset, agent: int, device: torch.de
     """The agent's model, initialised from (seed, agent id), dropout on its own generator."""
     spec = cfg.agents[agent]
     model = build_agent_model(
-        ds.x.shape[1],
+        ds.shape[1],
         spec.encoder,
         spec.head,
         spec.dropout,

@@ -93,7 +93,7 @@ def pilot_cost(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
     b, k, device = cfg.train.batch_size, cfg.sheaf.pilot_batch, world.device
     gen = torch_generator(cfg.seed, "pilot-cost-batch")
     idx = torch.randperm(len(ds.y), generator=gen)[: b + k]
-    x, y, p = ds.x[idx[:b]].to(device), ds.y[idx[:b]].to(device), ds.x[idx[b:]].to(device)
+    x, y, p = ds.take(idx[:b]).to(device), ds.y[idx[:b]].to(device), ds.take(idx[b:]).to(device)
     agents = spec.get("pilot_agents") or list(range(len(cfg.agents)))
     rows = []
     for i in agents:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,6 +39,15 @@ class RegressionData:
     x: torch.Tensor  # float32 (N, ...) inputs
     y: torch.Tensor  # float32 (N, C) targets
     target_names: tuple[str, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The inputs' shape ``(N, ...)``."""
+        return tuple(self.x.shape)
+
+    def take(self, rows: Any) -> torch.Tensor:
+        """Inputs ``rows`` (as :meth:`fedsheaf.data.sources.Dataset.take` gives images)."""
+        return self.x[rows]
 
 
 def geo_view(

@@ -1,7 +1,10 @@
-"""Image data sets as whole in-memory tensors.
+"""Image data sets in memory, normalised row by row as they are taken.
 
-Every loader returns the complete split as one normalised float32 tensor
-``(N, C, H, W)`` plus int64 labels. Files come from a data root in torchvision's
+Every loader returns the complete split: its pixels as stored (uint8 images from files;
+scikit-learn's digits as float32 on their 0–16 scale) plus int64 labels, and
+:meth:`Dataset.take` gives any rows as normalised float32 ``(n, C, H, W)``. A rank
+converts only the rows it trains on (a FashionMNIST split held as float32 would be four
+times its uint8 size on every rank). Files come from a data root in torchvision's
 layout (``<root>/MNIST/raw/...``, ``<root>/cifar-10-batches-py/...``); they are
 downloaded only when ``download=True``. The "digits" set ships with
 scikit-learn and needs no files at all.
@@ -15,9 +18,9 @@ from __future__ import annotations
 import hashlib
 import math
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -29,12 +32,45 @@ __all__ = ["DATASETS", "Dataset", "clear_cache", "dataset_shape", "load_dataset"
 
 @dataclass
 class Dataset:
-    """One split of an image data set, fully in memory."""
+    """One split of an image data set, in memory as stored.
+
+    ``pixels`` ``(N, C, H, W)`` on the scale ``0..scale`` (uint8 images: 255), ``mean``
+    and ``std`` per channel on the [0, 1] scale. :meth:`take` normalises the rows it is
+    given; :attr:`x` all of them (a new tensor each time: for small sets and tests).
+    """
 
     name: str
-    x: torch.Tensor  # float32 (N, C, H, W), normalised
+    pixels: torch.Tensor
     y: torch.Tensor  # int64 (N,)
     n_classes: int
+    scale: float
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def take(self, rows: Any) -> torch.Tensor:
+        """``(pixels[rows] / scale - mean) / std`` as float32, a new contiguous tensor."""
+        x = (
+            self.pixels[rows]
+            .to(torch.float32, memory_format=torch.contiguous_format, copy=True)
+            .div_(self.scale)
+        )
+        mean = torch.tensor(self.mean, dtype=torch.float32).view(1, -1, 1, 1)
+        std = torch.tensor(self.std, dtype=torch.float32).view(1, -1, 1, 1)
+        return x.sub_(mean).div_(std)
+
+    @property
+    def x(self) -> torch.Tensor:
+        """Every row, normalised (:meth:`take` of all)."""
+        return self.take(slice(None))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """``(N, C, H, W)``."""
+        return tuple(self.pixels.shape)
+
+    def head(self, n: int) -> Dataset:
+        """The first ``n`` samples (``data.limit``), sharing this split's memory."""
+        return replace(self, pixels=self.pixels[:n], y=self.y[:n])
 
 
 @dataclass(frozen=True)
@@ -163,16 +199,8 @@ def load_dataset(
         _CACHE[cache_key] = ds
     ds = _CACHE[cache_key]
     if limit is not None and limit < len(ds.y):
-        ds = Dataset(ds.name, ds.x[:limit], ds.y[:limit], ds.n_classes)
+        ds = ds.head(limit)
     return ds
-
-
-def _normalise_(x01: torch.Tensor, info: _Info) -> torch.Tensor:
-    """``(x01 - mean) / std`` per channel, in place: a split's pixels are the largest
-    thing a rank holds, and a copy per operation tripled its peak memory while loading."""
-    mean = torch.tensor(info.mean, dtype=torch.float32).view(1, -1, 1, 1)
-    std = torch.tensor(info.std, dtype=torch.float32).view(1, -1, 1, 1)
-    return x01.sub_(mean).div_(std)
 
 
 def _load_digits(split: str) -> Dataset:
@@ -184,10 +212,10 @@ def _load_digits(split: str) -> Dataset:
     from sklearn.datasets import load_digits
 
     bunch = load_digits()
-    x01 = torch.from_numpy(np.asarray(bunch.images, dtype=np.float32) / 16.0).unsqueeze(1)
+    pixels = torch.from_numpy(np.asarray(bunch.images, dtype=np.float32)).unsqueeze(1)
     y = torch.from_numpy(np.asarray(bunch.target, dtype=np.int64))
     info = _INFO["digits"]
-    return Dataset("digits", _normalise_(x01, info), y, info.n_classes)
+    return Dataset("digits", pixels, y, info.n_classes, 16.0, info.mean, info.std)
 
 
 def _missing_message(key: str, root: Path, split: str, missing: list[Path]) -> str:
@@ -267,12 +295,11 @@ def _load_torchvision(key: str, root: Path, split: str, download: bool) -> Datas
         x_u8 = torch.from_numpy(data).permute(0, 3, 1, 2)
     else:  # MNIST family: uint8 tensor (N, H, W)
         x_u8 = data.unsqueeze(1)
-    x01 = x_u8.to(torch.float32, memory_format=torch.contiguous_format).div_(255.0)
     y = torch.as_tensor(np.asarray(tv.targets), dtype=torch.int64).reshape(-1)
-    if x01.shape[1:] != info.shape or x01.shape[0] != y.shape[0]:
+    if x_u8.shape[1:] != info.shape or x_u8.shape[0] != y.shape[0]:
         raise DataError(
-            f"dataset {key!r} under {root} has images of shape {tuple(x01.shape[1:])} and "
-            f"{y.shape[0]} labels for {x01.shape[0]} images; expected {info.shape}"
+            f"dataset {key!r} under {root} has images of shape {tuple(x_u8.shape[1:])} and "
+            f"{y.shape[0]} labels for {x_u8.shape[0]} images; expected {info.shape}"
         )
     outside = y[(y < 0) | (y >= info.n_classes)]
     if outside.numel():
@@ -282,14 +309,19 @@ def _load_torchvision(key: str, root: Path, split: str, download: bool) -> Datas
             f"file, or another file under its name. Its files: "
             f"{', '.join(str(p) for p in expected_files(key, root, split))}"
         )
-    return Dataset(key, _normalise_(x01, info), y, info.n_classes)
+    return Dataset(key, x_u8, y, info.n_classes, 255.0, info.mean, info.std)
 
 
 class Samples(Protocol):
-    """What :func:`data_digest` reads: samples ``x`` and their labels or targets ``y``."""
+    """What :func:`data_digest` reads: samples (any rows of them, as float tensors) and
+    their labels or targets ``y``."""
 
-    x: torch.Tensor
     y: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    def take(self, rows: Any) -> torch.Tensor: ...
 
 
 def data_digest(ds: Samples) -> str:
@@ -300,9 +332,10 @@ def data_digest(ds: Samples) -> str:
     # the samples (and real-valued targets) on a grid of 1/1024: a last-bit difference in
     # how another torch normalises the pixels does not move them (a channel's samples
     # take at most 256 values, none of them near a rounding boundary of the grid in practice)
-    h.update(str((tuple(ds.y.shape), tuple(ds.x.shape))).encode())
+    h.update(str((tuple(ds.y.shape), tuple(ds.shape))).encode())
     y = ds.y.cpu()
     h.update((torch.round(y * 1024).to(torch.int64) if y.is_floating_point() else y).numpy())
-    for chunk in ds.x.split(4096):  # in chunks: no copy of the whole data set at once
+    for start in range(0, ds.shape[0], 4096):  # in chunks: the samples are never all floats
+        chunk = ds.take(slice(start, start + 4096))
         h.update(torch.round(chunk.cpu() * 1024).to(torch.int32).contiguous().numpy())
     return h.hexdigest()

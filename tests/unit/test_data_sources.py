@@ -41,6 +41,8 @@ def test_digits_is_real_and_normalised():
     raw = torch.from_numpy(load_digits().images).float()
     assert torch.allclose(ds.x[:, 0] * 0.3760 + 0.3053, raw / 16.0, atol=1e-5)
     assert load_dataset("digits", "/elsewhere") is ds  # cached, root ignored
+    held = ds.pixels.clone()  # float pixels on their 0..16 scale: taking rows must copy them
+    assert torch.equal(ds.take(slice(0, 100)), ds.x[:100]) and torch.equal(ds.pixels, held)
     with pytest.raises(DataError, match="single split"):
         load_dataset("digits", ".", split="test")
 
@@ -71,6 +73,15 @@ def test_mnist_from_written_idx_files(tmp_path):
         (te.x[:, 0] * 0.3081 + 0.1307) * 255.0, back[:5].flip(1) * 255.0, atol=1e-3
     )
     assert not (tmp_path / "MNIST" / "processed").exists()  # raw files read directly
+    # held as the file's bytes; rows are normalised as they are taken, and taking them
+    # changes nothing held (nor does the whole split's x)
+    assert ds.pixels.dtype == torch.uint8 and torch.equal(ds.pixels[:, 0], torch.from_numpy(imgs))
+    rows = torch.tensor([3, 0, 36])
+    assert torch.equal(ds.take(rows), ds.x[rows]) and torch.equal(ds.take(slice(2, 5)), ds.x[2:5])
+    assert ds.take(rows).is_contiguous() and torch.equal(ds.pixels[:, 0], torch.from_numpy(imgs))
+    assert ds.shape == (37, 1, 28, 28)
+    first = load_dataset("mnist", tmp_path, limit=10)  # data.limit: the first samples
+    assert first.shape == (10, 1, 28, 28) and torch.equal(first.x, ds.x[:10])
 
 
 def test_corrupt_idx_file_is_a_data_error(tmp_path):

@@ -91,9 +91,9 @@ def load_clients(
         s = shards[c]
         itr, ite = torch.as_tensor(s.train), torch.as_tensor(s.test)
         out[c] = ClientData(
-            train.x[itr].to(device),
+            train.take(itr).to(device),
             train.y[itr].to(device),
-            test.x[ite].to(device),
+            test.take(ite).to(device),
             test.y[ite].to(device),
             s.classes,
         )
