@@ -6,6 +6,8 @@ Skipped where no CUDA device is visible (CI has none); run on a GPU node with
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -67,3 +69,7 @@ def test_quickstart_on_one_gpu_completes_and_is_deterministic(mpirun, tmp_path):
     )
     assert len(first) == 2
     assert untimed(first) == untimed(second) == untimed(overlapped)
+    # every rank's peak of GPU memory allocated by torch, beside its peak RSS
+    summary = json.loads((tmp_path / "r0" / "summary.json").read_text())
+    gpu = summary["memory"]["peak_cuda_bytes"]
+    assert len(gpu) == 4 and min(gpu) > 0 and "GPU memory allocated" in runs[0].stdout
