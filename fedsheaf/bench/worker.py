@@ -17,7 +17,6 @@ from fedsheaf.bench.clients import CASES as CLIENT_CASES
 from fedsheaf.bench.decentralized import CASES as DECENTRALIZED_CASES
 from fedsheaf.bench.pilot_cost import CASES as PILOT_CASES
 from fedsheaf.bench.ranks import environment
-from fedsheaf.memory import peak_memory, per_rank
 from fedsheaf.results import atomic_write_json
 from fedsheaf.runtime.world import exit_at_once, init_world, refuse_unusable_gpus
 
@@ -38,9 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     for case in spec["cases"]:
         world.log(f"fedsheaf bench: {spec['label']}: {case} on {world.size} ranks")
         results[case] = CASES[case](world, spec)
-    peaks = world.gather(peak_memory(world.device))
+    peaks = world.peak_memory()
     if world.is_root and peaks is not None:
-        out = {"spec": spec, "environment": env, "results": results, "memory": per_rank(peaks)}
+        out = {"spec": spec, "environment": env, "results": results, "memory": peaks}
         atomic_write_json(args[1], out)
     world.barrier()
     return 0

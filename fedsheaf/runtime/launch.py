@@ -114,7 +114,7 @@ def run_decentralized(
     algo.run(first_epoch, checkpointer(cfg, job, run_path, state, digest))
     elapsed = clock.stop()
     nbr.free()
-    peaks = world.gather(memory.peak_memory(world.device))  # (a hub's agents: not its server)
+    peaks = world.peak_memory()  # (a hub's agents: not its server)
     if not world.is_root or recorder.last is None or peaks is None:
         return None
     final = recorder.last
@@ -128,7 +128,7 @@ def run_decentralized(
         threads_per_rank=world.threads,
         agents=final["agents"],
         bytes_sent_total=sum(r["bytes_sent"] for r in recorder.history),
-        memory=memory.per_rank(peaks),
+        memory=peaks,
     )
     for key in ("server_bytes_sent", "server_bytes_received"):  # the centralized baselines
         if all(key in r for r in recorder.history):  # not for runs resumed from before it

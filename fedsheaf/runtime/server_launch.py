@@ -464,7 +464,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     history = rounds.run(checkpointer(cfg, world, run_path, state, digest))
     star.close()
     elapsed = clock.stop()
-    peaks = world.gather(memory.peak_memory(world.device))
+    peaks = world.peak_memory()
     if not world.is_root or run_dir is None or peaks is None:
         return None
     summary: dict[str, Any] = {
@@ -482,7 +482,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         "threads_per_rank": world.threads,
         "bytes_up_total": sum(r["bytes_up"] for r in history),
         "bytes_down_total": sum(r["bytes_down"] for r in history),
-        "memory": memory.per_rank(peaks),  # rank 0: the server
+        "memory": peaks,  # rank 0: the server
     }
     run_dir.write_summary(summary)
     world.log("\n" + task.result_table(summary))

@@ -33,6 +33,7 @@ from typing import Any, NoReturn, TypeVar
 import torch
 from mpi4py import MPI
 
+from fedsheaf import memory
 from fedsheaf.errors import FedsheafError
 from fedsheaf.hostinfo import threads_per_rank, unusable_gpus, usable_cpu_ids
 from fedsheaf.results import STOP_FILE, write_failure
@@ -217,6 +218,12 @@ class World:
     def gather(self, obj: Any) -> list[Any] | None:
         """Gather a small picklable object to rank 0 (None elsewhere)."""
         return self.comm.gather(obj, root=0)
+
+    def peak_memory(self) -> dict[str, Any] | None:
+        """Collectively: every rank's peak memory so far, as one record on rank 0
+        (:func:`fedsheaf.memory.per_rank`; None elsewhere)."""
+        peaks = self.gather(memory.peak_memory(self.device))
+        return memory.per_rank(peaks) if peaks is not None else None
 
     def bcast(self, obj: Any) -> Any:
         return self.comm.bcast(obj, root=0)
