@@ -1,3 +1,3 @@
-from fedsheaf.cli import entry
+from fedsheaf.cli.main import entry
 
 entry()

@@ -12,7 +12,7 @@ File format::
     edges:
       - [0, 3]
 
-Every problem with a file or a graph raises :class:`~fedsheaf.errors.GraphError`
+Every problem with a file or a graph raises :class:`~fedsheaf.util.errors.GraphError`
 with one message naming the file (or graph) and the problem.
 """
 
@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from fedsheaf import yamlio
-from fedsheaf.errors import GraphError, relative_hint
-from fedsheaf.results import atomic_write_text
-from fedsheaf.units import count
+from fedsheaf.rundir.files import atomic_write_text
+from fedsheaf.util import yamlio
+from fedsheaf.util.errors import GraphError, relative_hint
+from fedsheaf.util.units import count
 
 #: The keys of a graph file (``nodes`` and ``edges`` required).
 TOP_KEYS = ("name", "nodes", "edges")

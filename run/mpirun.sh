@@ -22,7 +22,7 @@ if [ -z "$mpiexec" ]; then
 fi
 flags=()
 py="$here/.venv/bin/python"; [ -x "$py" ] || py=python3
-cores=$("$py" -c 'from fedsheaf.hostinfo import physical_cores; print(physical_cores())' 2>/dev/null \
+cores=$("$py" -c 'from fedsheaf.util.hostinfo import physical_cores; print(physical_cores())' 2>/dev/null \
   || nproc 2>/dev/null || echo 1)
 if [ "$n" -gt "$cores" ]; then
   flags+=(--oversubscribe)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from fedsheaf.hostinfo import failed_to_start, find_mpiexec
-from fedsheaf.processes import kill_session
+from fedsheaf.ops.processes import kill_session
+from fedsheaf.util.hostinfo import failed_to_start, find_mpiexec
 
 # Property tests explore random examples on a developer's machine; under CI they replay a
 # fixed set, so that a landing never depends on the examples drawn that day, with no
@@ -77,7 +77,7 @@ def run_mpi(
     """Launch ``args`` (a Python module/script command line) on ``n`` real MPI ranks.
 
     A launch that mpiexec failed to start in a known transient way
-    (:func:`fedsheaf.hostinfo.failed_to_start`: it ran nothing) is started once more, so
+    (:func:`fedsheaf.util.hostinfo.failed_to_start`: it ran nothing) is started once more, so
     that Open MPI's sporadic start failures do not fail the suite.
     """
     if not mpiexec.exists():
@@ -152,7 +152,7 @@ class BackgroundMpi:
 
     def kill(self) -> None:
         """SIGKILL the whole job at once, as a preemption does, and wait until it is gone:
-        the launcher and every rank (:func:`fedsheaf.processes.kill_session`)."""
+        the launcher and every rank (:func:`fedsheaf.ops.processes.kill_session`)."""
         kill_session(self.proc)
 
     def wait(self, timeout: float) -> int:

@@ -3,7 +3,7 @@
 ``DECENTRALIZED`` maps an algorithm name to what builds it on one rank:
 ``DECENTRALIZED[name](agent, nbr, reporter)``. ``sheaf_frl`` picks its class from
 ``sheaf.variant``. ``HUB_AGENTS``/``HUB_SERVERS`` hold the two sides of the
-centralized baselines that run with a server rank (``fedsheaf.runtime.hub``).
+centralized baselines that run with a server rank (``fedsheaf.launch.hub``).
 """
 
 from collections.abc import Callable
@@ -16,7 +16,7 @@ from fedsheaf.algorithms.noncoop import NonCooperative
 from fedsheaf.algorithms.sheaf_fmtl import SheafFMTL
 from fedsheaf.algorithms.sheaf_frl import SheafFRL
 from fedsheaf.algorithms.sheaf_frl_variants import HomogeneousSheafFRL, StrictSheafFRL
-from fedsheaf.config import ExperimentConfig
+from fedsheaf.config.sections import ExperimentConfig
 
 SHEAF_VARIANTS: dict[str, type[SheafFRL]] = {
     "standard": SheafFRL,
@@ -37,7 +37,7 @@ DECENTRALIZED: dict[str, Callable[[Agent, Exchange, Reporter], DecentralizedAlgo
     "sheaf_fmtl": SheafFMTL,
 }
 
-# Centralized heterogeneous baselines (fedsheaf.runtime.hub): agent and server sides.
+# Centralized heterogeneous baselines (fedsheaf.launch.hub): agent and server sides.
 HUB_AGENTS = {"fedproto": FedProto, "fedmuscle": FedMuscle}
 HUB_SERVERS = {"fedproto": FedProtoServer, "fedmuscle": FedMuscleServer}
 

@@ -28,15 +28,15 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from fedsheaf import checkpoint
-from fedsheaf.config import ExperimentConfig, TrainConfig
-from fedsheaf.errors import FedsheafError
+from fedsheaf.algorithms.metrics import accuracy
+from fedsheaf.config.sections import ExperimentConfig, TrainConfig
 from fedsheaf.graphs import Graph
-from fedsheaf.metrics import accuracy
 from fedsheaf.models.encoders import AgentModel
-from fedsheaf.phase_timer import NULL_TIMER, NullTimer, PhaseTimer
-from fedsheaf.seeding import torch_generator
+from fedsheaf.rundir import checkpoint
 from fedsheaf.sheaf.maps import transport
+from fedsheaf.util.errors import FedsheafError
+from fedsheaf.util.seeding import torch_generator
+from fedsheaf.util.timers import NULL_TIMER, NullTimer, PhaseTimer
 
 
 class TrainingDiverged(FedsheafError):
@@ -94,7 +94,7 @@ class Exchange(Protocol):
 
 
 class Reporter(Protocol):
-    """Receives each rank's evaluation record (see fedsheaf.progress)."""
+    """Receives each rank's evaluation record (see fedsheaf.rundir.progress)."""
 
     def epoch(self, record: dict[str, Any]) -> None: ...
 
@@ -164,7 +164,7 @@ class DecentralizedAlgorithm:
 
     name = "base"
     #: Per-phase timer (``with self.timer("exchange"): ...``); a no-op unless the
-    #: benchmark installs a :class:`~fedsheaf.phase_timer.PhaseTimer`.
+    #: benchmark installs a :class:`~fedsheaf.util.timers.PhaseTimer`.
     timer: NullTimer | PhaseTimer = NULL_TIMER
 
     def __init__(self, agent: Agent, nbr: Exchange, reporter: Reporter) -> None:

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm, Exchange, Reporter
-from fedsheaf.seeding import torch_generator
 from fedsheaf.sheaf.penalty import agent_lambda
+from fedsheaf.util.seeding import torch_generator
 
 
 def class_prototypes(z: torch.Tensor, y: torch.Tensor, n_classes: int) -> torch.Tensor:

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 
 from fedsheaf.algorithms.base import Agent, Exchange, Reporter
 from fedsheaf.algorithms.hub_base import Hub, HubAgent, HubContext, HubServer
-from fedsheaf.seeding import derive_seed
 from fedsheaf.sheaf.pilots import PilotStream
+from fedsheaf.util.seeding import derive_seed
 
 
 def is_alignment_epoch(epoch: int, task_epochs: int, align_epochs: int) -> bool:

@@ -1,6 +1,6 @@
 """Shared parts of the centralized heterogeneous baselines (FedProto, FedMuscle).
 
-These run as agents on a graph *plus* one server (``fedsheaf.runtime.hub``). An agent
+These run as agents on a graph *plus* one server (``fedsheaf.launch.hub``). An agent
 is a :class:`HubAgent`: the non-cooperative agent (post-hoc maps for communication
 accuracy, SPEC §3) that also talks to the server through a :class:`Hub`. The server
 side of each algorithm is a small class whose ``serve_epoch`` mirrors one epoch of the
@@ -17,11 +17,11 @@ import numpy as np
 
 from fedsheaf.algorithms.base import Agent, Exchange, Reporter
 from fedsheaf.algorithms.noncoop import NonCooperative
-from fedsheaf.config import ExperimentConfig
+from fedsheaf.config.sections import ExperimentConfig
 
 
 class Hub(Protocol):
-    """The star between agents and server (see ``fedsheaf.runtime.hub.StarHub``)."""
+    """The star between agents and server (see ``fedsheaf.launch.hub.StarHub``)."""
 
     n_agents: int
 

@@ -26,7 +26,7 @@ from torch.nn.utils import parameters_to_vector
 
 from fedsheaf.algorithms.base import Agent, Exchange, Reporter
 from fedsheaf.algorithms.noncoop import NonCooperative
-from fedsheaf.seeding import torch_generator
+from fedsheaf.util.seeding import torch_generator
 
 
 def stalk_dim(n_i: int, n_j: int, gamma: float) -> int:

@@ -31,7 +31,7 @@ from fedsheaf.algorithms.base import (
     Reporter,
 )
 from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
-from fedsheaf.config import ExperimentConfig
+from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.sheaf.maps import PilotWindow, stiefel_map, window_batches
 from fedsheaf.sheaf.penalty import agent_lambda, sheaf_penalty
 

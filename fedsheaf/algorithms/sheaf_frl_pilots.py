@@ -22,9 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedsheaf.config import SheafConfig
-from fedsheaf.errors import ConfigError
-from fedsheaf.seeding import derive_seed
+from fedsheaf.config.sections import SheafConfig
 from fedsheaf.sheaf.pilots import PilotStream, parseval
 from fedsheaf.sheaf.prototypes import (
     PrototypeStream,
@@ -33,6 +31,8 @@ from fedsheaf.sheaf.prototypes import (
     kmeans_groups,
     pooled_inputs,
 )
+from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.seeding import derive_seed
 
 
 class PilotPlan:

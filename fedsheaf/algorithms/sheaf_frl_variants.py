@@ -33,11 +33,11 @@ from typing import Any
 import torch
 
 from fedsheaf.algorithms.base import Agent, Exchange, Pending, Reporter
+from fedsheaf.algorithms.metrics import accuracy
 from fedsheaf.algorithms.sheaf_frl import SheafFRL
-from fedsheaf.metrics import accuracy
-from fedsheaf.seeding import torch_generator
 from fedsheaf.sheaf.maps import random_stiefel, stiefel_map
 from fedsheaf.sheaf.penalty import transported_penalty
+from fedsheaf.util.seeding import torch_generator
 
 
 class TransportedSheafFRL(SheafFRL):

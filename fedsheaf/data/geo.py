@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedsheaf.errors import ConfigError, DataError
+from fedsheaf.util.errors import ConfigError, DataError
 
 __all__ = [
     "GeoPartition",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedsheaf.errors import ConfigError, DataError
+from fedsheaf.util.errors import ConfigError, DataError
 
 __all__ = [
     "AgentShard",

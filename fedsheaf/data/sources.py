@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from fedsheaf.errors import DataError, relative_hint
+from fedsheaf.util.errors import DataError, relative_hint
 
 __all__ = ["DATASETS", "Dataset", "clear_cache", "dataset_shape", "load_dataset"]
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from fedsheaf.models.seeding import GeneratorDropout, build_seeded, set_dropout_generator
+from fedsheaf.models.seeded import GeneratorDropout, build_seeded, set_dropout_generator
 from fedsheaf.models.whitening import Colouring, Whitening
 
 __all__ = ["AgentModel", "CNNEncoder", "Head", "build_agent_model"]

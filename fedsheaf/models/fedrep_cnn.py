@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from fedsheaf.models.seeding import build_seeded
+from fedsheaf.models.seeded import build_seeded
 
 __all__ = ["FedRepCNN", "build_fedrep_cnn"]
 

@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from fedsheaf.results import atomic_write_json, write_stop
+from fedsheaf.rundir.files import atomic_write_json, write_stop
 
 SIGNAL = signal.SIGUSR1
 #: The exit status of a run stopped on request (EX_TEMPFAIL: "try again later").

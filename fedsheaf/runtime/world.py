@@ -6,7 +6,7 @@ Rules this module enforces for the whole job:
   calls ``MPI.COMM_WORLD.Abort`` so the job ends instead of hanging. Once the run
   directory is known, the first rank to write its ``failed.json`` is the one that
   prints: ranks that fail together (every agent diverging at one step) say it once.
-* User-caused errors (:class:`~fedsheaf.errors.FedsheafError`) found before
+* User-caused errors (:class:`~fedsheaf.util.errors.FedsheafError`) found before
   training by every rank are checked *collectively* (:meth:`World.agree`):
   rank 0 prints each distinct message once and every rank exits with status 2.
 * SIGTERM and SIGINT (a cancelled job, Ctrl-C, a launcher that is stopped) end the
@@ -33,10 +33,10 @@ from typing import Any, NoReturn, TypeVar
 import torch
 from mpi4py import MPI
 
-from fedsheaf import memory
-from fedsheaf.errors import FedsheafError
-from fedsheaf.hostinfo import threads_per_rank, unusable_gpus, usable_cpu_ids
-from fedsheaf.results import STOP_FILE, write_failure
+from fedsheaf.rundir.files import STOP_FILE, write_failure
+from fedsheaf.util import memory
+from fedsheaf.util.errors import FedsheafError
+from fedsheaf.util.hostinfo import threads_per_rank, unusable_gpus, usable_cpu_ids
 
 T = TypeVar("T")
 USER_ERROR_EXIT = 2
@@ -221,7 +221,7 @@ class World:
 
     def peak_memory(self) -> dict[str, Any] | None:
         """Collectively: every rank's peak memory so far, as one record on rank 0
-        (:func:`fedsheaf.memory.per_rank`; None elsewhere)."""
+        (:func:`fedsheaf.util.memory.per_rank`; None elsewhere)."""
         peaks = self.gather(memory.peak_memory(self.device))
         return memory.per_rank(peaks) if peaks is not None else None
 
@@ -285,7 +285,7 @@ def choose_device(preference: str, local_rank: int) -> torch.device:
 
 def refuse_unusable_gpus() -> None:
     """For ``train.device=auto`` on the CPU: a job given GPUs that torch cannot use is an
-    error (:func:`fedsheaf.hostinfo.unusable_gpus`), not a silent run on the CPU."""
+    error (:func:`fedsheaf.util.hostinfo.unusable_gpus`), not a silent run on the CPU."""
     why = unusable_gpus()
     if why:
         raise FedsheafError(why)
@@ -293,7 +293,7 @@ def refuse_unusable_gpus() -> None:
 
 def rank_threads(masks: list[set[int]], local_rank: int) -> int:
     """``FEDSHEAF_THREADS``, else this rank's share of the CPUs it may run on
-    (:func:`fedsheaf.hostinfo.threads_per_rank`, from every local rank's affinity mask)."""
+    (:func:`fedsheaf.util.hostinfo.threads_per_rank`, from every local rank's affinity mask)."""
     env = os.environ.get("FEDSHEAF_THREADS", "").strip()
     if env and not (env.isdigit() and int(env) >= 1):
         raise FedsheafError(f"FEDSHEAF_THREADS must be a positive integer, got {env!r}")

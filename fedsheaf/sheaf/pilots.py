@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedsheaf.errors import ConfigError
+from fedsheaf.util.errors import ConfigError
 
 __all__ = ["PILOT_STRATEGIES", "PilotStream", "parseval"]
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedsheaf.errors import ConfigError
+from fedsheaf.util.errors import ConfigError
 
 __all__ = ["PrototypeStream", "class_groups", "group_means", "kmeans_groups", "pooled_inputs"]
 

@@ -1,4 +1,4 @@
-"""Atomic JSON and PNG writes for the theory commands (see fedsheaf.results.write_atomic)."""
+"""Atomic JSON and PNG writes for the theory commands (see fedsheaf.rundir.files.write_atomic)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fedsheaf.errors import ConfigError
-from fedsheaf.results import write_atomic
+from fedsheaf.rundir.files import write_atomic
+from fedsheaf.util.errors import ConfigError
 
 __all__ = ["output_folder", "write_atomic", "write_json_atomic", "save_figure_atomic"]
 

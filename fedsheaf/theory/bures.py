@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedsheaf.theory.errors import ConvergenceError
+from fedsheaf.theory.exceptions import ConvergenceError
 from fedsheaf.theory.psd import sqrt_and_inv_sqrt, sqrtm_psd, sym
 
 __all__ = [

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsheaf.errors import ConfigError
+from fedsheaf.util.errors import ConfigError
 
 
 def check_int(what: str, val: Any, lo: int) -> None:

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from fedsheaf.errors import ConfigError
 from fedsheaf.theory.checks import check_int, check_real
+from fedsheaf.util.errors import ConfigError
 
 __all__ = [
     "LinearSettings",

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-from fedsheaf import yamlio
-from fedsheaf.errors import ConfigError
 from fedsheaf.theory.psd import min_eig, rotated_diag, sqrtm_psd, sym
 from fedsheaf.theory.simulate import SimSettings
 from fedsheaf.theory.ufm import UFMInstance, client_grams
+from fedsheaf.util import yamlio
+from fedsheaf.util.errors import ConfigError
 
 __all__ = [
     "UFMConfig",
@@ -184,7 +184,7 @@ def parse_ufm_config(raw: Any, source: str = "<config>") -> UFMConfig:
 
 
 def load_ufm_config(path: str | Path) -> UFMConfig:
-    """Read and validate a UFM config file (strict YAML, :func:`fedsheaf.yamlio.load`)."""
+    """Read and validate a UFM config file (strict YAML, :func:`fedsheaf.util.yamlio.load`)."""
     path = Path(path)
     if path.exists() and not (path.is_file() or path.is_dir()):
         raise ConfigError(f"cannot read UFM config {str(path)!r}: not a regular file")

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.optimize import minimize
 
-from fedsheaf.theory.errors import ConvergenceError
+from fedsheaf.theory.exceptions import ConvergenceError
 from fedsheaf.theory.ufm import profiled_grad, profiled_objective
 
 __all__ = ["ProximalSolution", "proximal_solve", "gd_steps"]

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from fedsheaf.errors import ConfigError
 from fedsheaf.theory.bures import barycenter, bw_distance_sq, selected_head
 from fedsheaf.theory.checks import check_int, check_real
 from fedsheaf.theory.local import gd_steps, proximal_solve
@@ -34,6 +33,7 @@ from fedsheaf.theory.ufm import (
     g_cen,
     gap_decomposition,
 )
+from fedsheaf.util.errors import ConfigError
 
 __all__ = ["MODES", "PROX_STARTS", "SimSettings", "SimResult", "server_round", "simulate"]
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from fedsheaf.errors import ConfigError
 from fedsheaf.theory.bures import barycenter, bw_distance_sq
-from fedsheaf.theory.errors import NotFullyActiveError
+from fedsheaf.theory.exceptions import NotFullyActiveError
 from fedsheaf.theory.psd import inv_pd, min_eig, sqrtm_psd, sym
+from fedsheaf.util.errors import ConfigError
 
 __all__ = [
     "UFMInstance",

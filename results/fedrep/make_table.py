@@ -20,7 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from fedsheaf.results import atomic_write_text, read_metrics, save_figure
+from fedsheaf.rundir.files import atomic_write_text, read_metrics, save_figure
 
 ORDER = ["fedrep", "fedavg_ft", "fedavg", "fedper", "lg_fedavg", "local"]
 LABEL = {

@@ -11,9 +11,9 @@ import json
 import pytest
 import torch
 
-from fedsheaf import experiment
-from fedsheaf.config import load_config
-from fedsheaf.results import read_metrics
+from fedsheaf.config.sections import load_config
+from fedsheaf.rundir.files import read_metrics
+from fedsheaf.runtime import experiment
 from tests.conftest import untimed
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf import checkpoint
+from fedsheaf.rundir import checkpoint
 from tests.conftest import MPIEXEC, BackgroundMpi, run_mpi
 
 pytestmark = pytest.mark.mpi

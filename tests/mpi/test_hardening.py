@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedsheaf import reader_gone
-from fedsheaf.results import read_metrics
+from fedsheaf.rundir.files import read_metrics
+from fedsheaf.util import reader_gone
 from tests.conftest import REPO, mpi_env
 
 pytestmark = pytest.mark.mpi
 
 DRIVER = r"""
 import contextlib, io, json, sys, traceback
-from fedsheaf.cli import main
+from fedsheaf.cli.main import main
 
 out = []
 for argv in json.load(open(sys.argv[1])):

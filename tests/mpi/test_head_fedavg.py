@@ -12,7 +12,7 @@ import json
 import pytest
 import yaml
 
-from fedsheaf.results import read_metrics
+from fedsheaf.rundir.files import read_metrics
 
 pytestmark = pytest.mark.mpi
 GRAM = ("gram_err_star", "gram_err_cen", "dir_err_star", "dir_err_cen", "delta", "traj_err")

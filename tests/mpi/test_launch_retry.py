@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedsheaf.hostinfo import START_FAILURES
-from fedsheaf.processes import live_session, process_state
+from fedsheaf.ops.processes import live_session, process_state
+from fedsheaf.util.hostinfo import START_FAILURES
 from tests.conftest import MPIEXEC, REPO, BackgroundMpi, mpi_env, run_mpi
 
 pytestmark = pytest.mark.mpi

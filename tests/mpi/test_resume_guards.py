@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf import cli
-from fedsheaf.results import read_metrics
+from fedsheaf.cli import main as cli
+from fedsheaf.rundir.files import read_metrics
 from tests.conftest import REPO, run_mpi, untimed
 
 pytestmark = pytest.mark.mpi
@@ -76,7 +76,7 @@ def _one_error(proc) -> str:
 
 def _checked(capsys, *args: str, code: int = 2) -> str:
     """``fedsheaf check`` in this process: the refusals a job makes before any rank reads
-    a checkpoint are the same functions there (:mod:`fedsheaf.preflight`); its one line."""
+    a checkpoint are the same functions there (:mod:`fedsheaf.rundir.preflight`); its one line."""
     assert cli.main(["check", "-n", "4", *args]) == code
     out, err = capsys.readouterr()
     return (err if code else out).strip().splitlines()[-1]

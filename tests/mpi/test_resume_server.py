@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedsheaf import checkpoint
-from fedsheaf.results import read_metrics
+from fedsheaf.rundir import checkpoint
+from fedsheaf.rundir.files import read_metrics
 from tests.conftest import MPIEXEC, BackgroundMpi, run_mpi, untimed
 
 pytestmark = pytest.mark.mpi

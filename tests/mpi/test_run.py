@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedsheaf.results import read_metrics
+from fedsheaf.rundir.files import read_metrics
 
 pytestmark = pytest.mark.mpi
 QUICK = ["train.epochs=2", "train.steps_per_epoch=4", "train.eval_every=1"]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedsheaf.results import read_metrics
-from fedsheaf.run_lock import LOCK_FILE
+from fedsheaf.rundir.files import read_metrics
+from fedsheaf.rundir.run_lock import LOCK_FILE
 from tests.conftest import BackgroundMpi, run_mpi
 
 pytestmark = pytest.mark.mpi

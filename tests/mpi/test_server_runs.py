@@ -19,8 +19,8 @@ import yaml
 
 from fedsheaf.algorithms.federated import FEDERATED
 from fedsheaf.algorithms.federated.protocol import place_clients
-from fedsheaf.config import load_config
-from fedsheaf.results import read_metrics
+from fedsheaf.config.sections import load_config
+from fedsheaf.rundir.files import read_metrics
 
 pytestmark = pytest.mark.mpi
 CLIENTS, ROUNDS, SELECTED = 10, 3, 3

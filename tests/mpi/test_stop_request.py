@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf import checkpoint
-from fedsheaf.results import STOP_FILE, read_json_object
+from fedsheaf.rundir import checkpoint
+from fedsheaf.rundir.files import STOP_FILE, read_json_object
 from fedsheaf.runtime.stop_request import STOPPED_EXIT
 from tests.conftest import BackgroundMpi, mpi_env, run_mpi, untimed
 from tests.mpi.test_failures import _rank_pids
@@ -236,8 +236,8 @@ def test_sigterm_to_the_ranks_ends_the_job_saying_so(tmp_path):
     last checkpoint. (SIGINT takes the same handler; to mpiexec itself, Open MPI kills
     the ranks too soon after for their line to get out: tests/unit/test_processes.py
     covers what stops a launcher.)"""
-    from fedsheaf.results import FAILURE_FILE
-    from fedsheaf.watch import watch
+    from fedsheaf.ops.watch import watch
+    from fedsheaf.rundir.files import FAILURE_FILE
 
     name = f"term-{uuid.uuid4().hex[:12]}"
     run = tmp_path / name

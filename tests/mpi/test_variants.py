@@ -134,10 +134,10 @@ def _spec_step(cfg, world) -> list[float]:
     import torch.nn.functional as F
     from torch.nn.utils import parameters_to_vector
 
-    from fedsheaf import experiment
     from fedsheaf.algorithms.base import build_optimizer, epoch_batches
     from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
-    from fedsheaf.seeding import torch_generator
+    from fedsheaf.runtime import experiment
+    from fedsheaf.util.seeding import torch_generator
 
     i, dev, tc = world.rank, world.device, cfg.train
     ds, part = experiment.load_and_partition(cfg)
@@ -179,8 +179,8 @@ def _spy_run(cfg, world, variant_cls):
     """Train one config by hand with a recording Neighbourhood; return (sent, raw) buffers."""
     import numpy as np
 
-    from fedsheaf import experiment
     from fedsheaf.algorithms.base import Agent
+    from fedsheaf.runtime import experiment
     from fedsheaf.runtime.topology import Neighbourhood, _as_buffer
 
     class RecordingNeighbourhood(Neighbourhood):
@@ -236,13 +236,13 @@ def worker(workdir: Path) -> None:
     import torch
     from torch.nn.utils import parameters_to_vector
 
-    from fedsheaf import experiment
     from fedsheaf.algorithms import DECENTRALIZED
     from fedsheaf.algorithms.sheaf_fmtl import fmtl_map_bytes
     from fedsheaf.algorithms.sheaf_frl import SheafFRL
     from fedsheaf.algorithms.sheaf_frl_variants import StrictSheafFRL
-    from fedsheaf.config import load_config
-    from fedsheaf.runtime.launch import run_decentralized
+    from fedsheaf.config.sections import load_config
+    from fedsheaf.launch.decentralized import run_decentralized
+    from fedsheaf.runtime import experiment
     from fedsheaf.runtime.world import init_world
 
     def flat(model: torch.nn.Module) -> list[float]:

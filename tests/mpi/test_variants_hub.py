@@ -1,6 +1,6 @@
 """FedProto and FedMuscle on real ranks: three agents on a graph plus a server rank.
 
-One launch (4 ranks) runs both through ``fedsheaf.runtime.hub.run_hub``, each once
+One launch (4 ranks) runs both through ``fedsheaf.launch.hub.run_hub``, each once
 straight through and once checkpointing after every epoch, killed (as far as its
 files tell) in epoch 2 and resumed: the resumed run must end bitwise equal. A
 second, short launch checks the error for a job without the server rank.
@@ -22,9 +22,9 @@ D, K, STEPS, CLASSES, EPOCHS, CUT = 16, 12, 2, 10, 3, 1
 
 
 def worker(workdir: Path) -> None:
-    from fedsheaf import checkpoint
-    from fedsheaf.config import load_config
-    from fedsheaf.runtime.hub import run_hub
+    from fedsheaf.config.sections import load_config
+    from fedsheaf.launch.hub import run_hub
+    from fedsheaf.rundir import checkpoint
     from fedsheaf.runtime.world import init_world
 
     world = init_world()
@@ -77,8 +77,8 @@ def _write(workdir: Path) -> Path:
 
 
 def test_fedproto_and_fedmuscle_with_a_server_rank_and_resume(tmp_path):
-    from fedsheaf import checkpoint
-    from fedsheaf.results import read_metrics
+    from fedsheaf.rundir import checkpoint
+    from fedsheaf.rundir.files import read_metrics
     from tests.conftest import run_mpi, untimed
 
     _write(tmp_path)

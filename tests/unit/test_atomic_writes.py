@@ -20,8 +20,8 @@ import pytest
 from matplotlib.figure import Figure
 
 from fedsheaf.graphs import Graph, load_graph, save_graph
-from fedsheaf.report import Row, plot
-from fedsheaf.results import save_figure
+from fedsheaf.ops.report import Row, plot
+from fedsheaf.rundir.files import save_figure
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -178,7 +178,7 @@ def test_the_first_rank_to_fail_reports_and_an_older_launchs_note_is_replaced(tm
     import os
     import time
 
-    from fedsheaf.results import FAILURE_FILE, write_failure
+    from fedsheaf.rundir.files import FAILURE_FILE, write_failure
 
     started = time.time() - 1
     assert write_failure(tmp_path, 2, "agent 2: loss became nan", since=started)
@@ -200,7 +200,7 @@ def test_without_hard_links_every_failing_rank_writes_and_reports(tmp_path, monk
     import os
     import time
 
-    from fedsheaf.results import FAILURE_FILE, write_failure
+    from fedsheaf.rundir.files import FAILURE_FILE, write_failure
 
     def no_links(src, dst):
         raise PermissionError(1, "Operation not permitted")
@@ -213,7 +213,7 @@ def test_without_hard_links_every_failing_rank_writes_and_reports(tmp_path, monk
 
 
 def test_a_name_near_the_length_limit_is_written(tmp_path):
-    from fedsheaf.results import atomic_write_text
+    from fedsheaf.rundir.files import atomic_write_text
 
     name = "t" * 250 + ".json"  # 255 bytes, as a --tag of 250 gives
     assert atomic_write_text(tmp_path / name, "{}").read_text() == "{}"

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from fedsheaf.algorithms.comfed import class_prototypes, prototype_penalty, transport_matrix
 from fedsheaf.algorithms.sheaf_fmtl import fmtl_map_bytes, fmtl_map_entries, fmtl_step, stalk_dim
+from fedsheaf.config.presets import TABLE2, mnist15_graph
 from fedsheaf.models.encoders import build_agent_model
-from fedsheaf.presets import TABLE2, mnist15_graph
 
 torch.set_num_threads(1)
 

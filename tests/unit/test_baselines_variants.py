@@ -16,8 +16,7 @@ import torch
 
 from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
 from fedsheaf.algorithms.sheaf_frl_variants import HomogeneousSheafFRL, StrictSheafFRL
-from fedsheaf.config import SheafConfig
-from fedsheaf.seeding import torch_generator
+from fedsheaf.config.sections import SheafConfig
 from fedsheaf.sheaf.maps import PilotWindow, random_stiefel, stiefel_map
 from fedsheaf.sheaf.penalty import sheaf_penalty
 from fedsheaf.sheaf.prototypes import (
@@ -27,6 +26,7 @@ from fedsheaf.sheaf.prototypes import (
     kmeans_groups,
     pooled_inputs,
 )
+from fedsheaf.util.seeding import torch_generator
 
 torch.set_num_threads(1)
 F64 = torch.float64

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsheaf.bench.formulas import (
+from fedsheaf.graphs import Graph, load_graph
+from fedsheaf.ops.bench.formulas import (
     alternate,
     balanced_makespan,
     fedavg_bytes_per_step,
@@ -21,10 +22,9 @@ from fedsheaf.bench.formulas import (
     strict_bytes_per_step,
     summary,
 )
-from fedsheaf.bench.plan import CASE_NAMES, parse_counts, plan
-from fedsheaf.errors import ConfigError
-from fedsheaf.graphs import Graph, load_graph
-from fedsheaf.phase_timer import NULL_TIMER, PhaseTimer
+from fedsheaf.ops.bench.plan import CASE_NAMES, parse_counts, plan
+from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.timers import NULL_TIMER, PhaseTimer
 
 # ---- bytes ------------------------------------------------------------------------------
 
@@ -196,7 +196,7 @@ def test_null_timer_is_a_shared_no_op() -> None:
 
 
 def test_measure_alternating_warms_up_then_alternates():
-    from fedsheaf.bench.formulas import measure_alternating
+    from fedsheaf.ops.bench.formulas import measure_alternating
 
     calls: list[str] = []
 
@@ -214,4 +214,4 @@ def test_benchmark_worker_modules_import():
     import importlib
 
     for name in ("worker", "decentralized", "pilot_cost", "clients", "command"):
-        importlib.import_module(f"fedsheaf.bench.{name}")
+        importlib.import_module(f"fedsheaf.ops.bench.{name}")

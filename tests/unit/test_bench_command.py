@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf import cli
-from fedsheaf.bench.command import launch_argv, select
-from fedsheaf.bench.plan import plan
-from fedsheaf.errors import ConfigError
-from fedsheaf.hostinfo import launch_flags
+from fedsheaf.cli import main as cli
+from fedsheaf.ops.bench.driver import launch_argv, select
+from fedsheaf.ops.bench.plan import plan
+from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.hostinfo import launch_flags
 from tests.conftest import REPO, shared_data_root
 
 LAUNCHER = "srun -n {n}"  # --dry-run resolves no mpiexec with a template
@@ -232,7 +232,7 @@ def test_dry_run_lists_readable_launches(monkeypatch, capsys):
     lines = [ln for ln in out.splitlines() if not ln.startswith("fedsheaf bench: note:")]
     dataset = "fashionmnist" if root is not None else "digits"
     assert lines[0] == "pair (2 ranks): overhead"
-    assert lines[1].startswith("    $ srun -n 2 ") and "-m fedsheaf.bench.worker" in lines[1]
+    assert lines[1].startswith("    $ srun -n 2 ") and "-m fedsheaf.ops.bench.worker" in lines[1]
     assert lines[2].startswith(f"    spec: configs/pair.yaml data.dataset={dataset}")
     assert "repeats=2" in lines[2]
 
@@ -382,7 +382,7 @@ def test_pilot_batches_add_a_sheaf_frl_method_per_k_to_the_overhead_launches(mon
 
 def test_a_pilot_batch_larger_than_the_pilot_set_is_refused_before_timing():
     """The quickstart's pilot set holds 180 digits: K = 512 would be timed as K = 180."""
-    from fedsheaf.bench.decentralized import check_pilot_batches
+    from fedsheaf.ops.bench.decentralized import check_pilot_batches
     from tests.unit.test_bench_timer_loop import build
 
     runs = [("sheaf_frl", 32, "uniform"), ("sheaf_frl_K=180", 180, "uniform")]
@@ -418,7 +418,7 @@ def test_pilot_batches_need_an_overhead_launch_and_are_not_timed_twice(monkeypat
 
 
 def test_results_name_the_commit_of_the_code_that_made_them(tmp_path):
-    from fedsheaf.bench.command import source_commit
+    from fedsheaf.ops.bench.driver import source_commit
 
     assert source_commit(tmp_path) is None  # not a git checkout (an installed copy)
     repo = tmp_path / "checkout"

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import torch
 
-from fedsheaf import experiment
 from fedsheaf.algorithms.base import Agent, Arrived
 from fedsheaf.algorithms.sheaf_frl import SheafFRL
-from fedsheaf.bench.ranks import Silent
-from fedsheaf.config import load_config
+from fedsheaf.config.sections import load_config
+from fedsheaf.ops.bench.rank_tools import Silent
+from fedsheaf.runtime import experiment
 
 torch.set_num_threads(1)
 

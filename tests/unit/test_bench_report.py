@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fedsheaf.bench.report import (
+from fedsheaf.ops.bench.document import (
     MET,
     MISSED,
     NOT_HERE,
@@ -170,7 +170,7 @@ def test_gpu_speedup_says_whether_the_ranks_shared_the_gpu_through_mps() -> None
 
 
 def test_mps_pipe_is_found_only_where_a_control_pipe_exists(tmp_path, monkeypatch) -> None:
-    from fedsheaf.bench.ranks import mps_pipe
+    from fedsheaf.ops.bench.rank_tools import mps_pipe
 
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
     assert mps_pipe() is None
@@ -197,7 +197,7 @@ def test_the_load_average_reads_as_three_short_numbers():
 
 
 def test_each_launch_that_finished_has_a_memory_row() -> None:
-    from fedsheaf.memory import per_rank
+    from fedsheaf.util.memory import per_rank
 
     doc = document("cuda:0")
     cpu = per_rank([{"rss": 900_000_000, "file": 500_000_000}, {"rss": 1_100_000_000, "file": 0}])

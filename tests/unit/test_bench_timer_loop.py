@@ -6,12 +6,12 @@ from typing import Any
 
 import torch
 
-from fedsheaf import experiment
 from fedsheaf.algorithms import DECENTRALIZED
 from fedsheaf.algorithms.base import Agent, Arrived, DecentralizedAlgorithm
-from fedsheaf.bench.ranks import NoNeighbours, Silent
-from fedsheaf.config import load_config
-from fedsheaf.phase_timer import NULL_TIMER, PhaseTimer
+from fedsheaf.config.sections import load_config
+from fedsheaf.ops.bench.rank_tools import NoNeighbours, Silent
+from fedsheaf.runtime import experiment
+from fedsheaf.util.timers import NULL_TIMER, PhaseTimer
 
 torch.set_num_threads(1)
 

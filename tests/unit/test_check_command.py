@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from fedsheaf import checkpoint, cli
-from fedsheaf.config import dump_config
-from fedsheaf.preflight import run_config
+from fedsheaf.cli import main as cli
+from fedsheaf.config.sections import dump_config
+from fedsheaf.rundir import checkpoint
+from fedsheaf.rundir.preflight import run_config
 
 QUICK = "configs/quickstart.yaml"
 
@@ -49,7 +50,10 @@ def test_a_sound_config_is_described_and_nothing_is_written(capsys, out_dir):
 
 
 def test_it_does_not_import_mpi():
-    code = "import sys, fedsheaf.check_command, fedsheaf.preflight; print('mpi4py' in sys.modules)"
+    code = (
+        "import sys, fedsheaf.cli.check, fedsheaf.rundir.preflight; "
+        "print('mpi4py' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 

@@ -9,15 +9,16 @@ import time
 import pytest
 import torch
 
-from fedsheaf import checkpoint, experiment
 from fedsheaf.algorithms import DECENTRALIZED
 from fedsheaf.algorithms.base import Agent, Arrived
 from fedsheaf.algorithms.sheaf_frl import SheafFRL
-from fedsheaf.checkpoint import CheckpointError
-from fedsheaf.config import ExperimentConfig
+from fedsheaf.config.schema import build
+from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.graphs import Graph
-from fedsheaf.results import read_metrics
-from fedsheaf.schema import build
+from fedsheaf.rundir import checkpoint
+from fedsheaf.rundir.checkpoint import CheckpointError
+from fedsheaf.rundir.files import read_metrics
+from fedsheaf.runtime import experiment
 
 torch.set_num_threads(1)
 
@@ -339,7 +340,7 @@ def test_a_checkpoint_of_another_model_is_a_clear_error(setup, tmp_path):
 
 
 def test_dropout_state_from_another_device_type_is_a_clear_error():
-    from fedsheaf.models.seeding import GeneratorDropout
+    from fedsheaf.models.seeded import GeneratorDropout
 
     model = torch.nn.Sequential(torch.nn.Linear(3, 3), GeneratorDropout(0.5))
     model[1].generator = torch.Generator().manual_seed(0)

@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from fedsheaf import cli
-from fedsheaf.cli import options_first
+from fedsheaf.cli import main as cli
+from fedsheaf.cli.main import options_first
 from tests.conftest import REPO
 
 QUICK = "configs/quickstart.yaml"
-HEAVY = ("fedsheaf.report", "fedsheaf.bench.command", "fedsheaf.theory.command", "matplotlib")
+HEAVY = ("fedsheaf.ops.report", "fedsheaf.ops.bench.driver", "fedsheaf.cli.ufm", "matplotlib")
 
 
 def test_run_imports_none_of_the_other_commands():
@@ -79,7 +79,7 @@ def test_a_full_parser_still_builds(capsys):
     """Built for no command in particular, the parser configures every subcommand."""
     parser = cli.build_parser()
     args = parser.parse_args(["graph", "show", "graphs/quick4.yaml"])
-    assert args.func is importlib.import_module("fedsheaf.graph_command").run
+    assert args.func is importlib.import_module("fedsheaf.cli.graph").run
     for name, *_ in cli.SUBCOMMANDS:
         with pytest.raises(SystemExit) as done:
             parser.parse_args([name, "--help"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf import cli
+from fedsheaf.cli import main as cli
 
 
 def test_config_error_names_the_file_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]):

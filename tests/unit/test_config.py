@@ -1,4 +1,4 @@
-"""fedsheaf.config: YAML files, key=value overrides, validation, resume configs."""
+"""fedsheaf.config.sections: YAML files, key=value overrides, validation, resume configs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedsheaf.config import (
+from fedsheaf.config.sections import (
     ALGORITHMS,
     ExperimentConfig,
     apply_overrides,
@@ -16,8 +16,8 @@ from fedsheaf.config import (
     load_config,
     parse_override,
 )
-from fedsheaf.errors import ConfigError
-from fedsheaf.resume import resume_config
+from fedsheaf.rundir.resume import resume_config
+from fedsheaf.util.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = REPO / "configs" / "quickstart.yaml"
@@ -53,7 +53,7 @@ def test_every_shipped_config_has_a_test():
 
 @pytest.mark.parametrize("path", _shipped("study"), ids=lambda p: p.stem)
 def test_shipped_studies_expand_into_valid_run_configs(path, monkeypatch):
-    from fedsheaf.study import expand
+    from fedsheaf.ops.study import expand
 
     monkeypatch.chdir(REPO)  # a study's paths are relative to where it is run from
 
@@ -260,7 +260,7 @@ def test_resume_config_errors(tmp_path):
 
 
 def test_single_word_overrides_resolve_to_their_only_section():
-    from fedsheaf.config import load_config
+    from fedsheaf.config.sections import load_config
 
     cfg = load_config("configs/fedrep_fmnist_100c2.yaml", ["rounds=3", "epochs=4", "lr=0.5"])
     assert (cfg.federated.rounds, cfg.train.epochs, cfg.train.lr) == (3, 4, 0.5)
@@ -332,7 +332,7 @@ def test_a_run_name_must_fit_one_directory_name():
 
 
 def test_a_run_config_written_before_a_key_existed_reads_as_it_ran(tmp_path):
-    from fedsheaf.resume import check_resume
+    from fedsheaf.rundir.resume import check_resume
 
     fedrep = REPO / "configs" / "fedrep_fmnist_100c2.yaml"
     run = tmp_path / "old"
@@ -359,7 +359,7 @@ def test_a_run_config_written_before_a_key_existed_reads_as_it_ran(tmp_path):
 
 
 def test_same_graph_looks_at_the_graph_not_the_text(tmp_path):
-    from fedsheaf.resume import same_graph
+    from fedsheaf.rundir.resume import same_graph
 
     text = (REPO / "graphs" / "quick4.yaml").read_text()
     commented = tmp_path / "a.yaml"

@@ -13,10 +13,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import fedsheaf.config as config_module
-from fedsheaf.config import ExperimentConfig, dump_config, load_config, read_yaml
-from fedsheaf.errors import ConfigError
-from fedsheaf.schema import build
+import fedsheaf.config.sections as config_module
+from fedsheaf.config.schema import build
+from fedsheaf.config.sections import ExperimentConfig, dump_config, load_config, read_yaml
+from fedsheaf.util.errors import ConfigError
 
 QUICK = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
 RAW = read_yaml(QUICK)

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from fedsheaf import experiment
 from fedsheaf.algorithms.base import epoch_batches
-from fedsheaf.config import load_config
-from fedsheaf.errors import ConfigError
-from fedsheaf.metrics import accuracy, harmonic, network_summary
-from fedsheaf.progress import accuracies, agent_table
-from fedsheaf.results import RunDir, atomic_write_json, read_metrics
-from fedsheaf.seeding import derive_seed, rng, torch_generator
+from fedsheaf.algorithms.metrics import accuracy, harmonic, network_summary
+from fedsheaf.config.sections import load_config
+from fedsheaf.rundir.files import RunDir, atomic_write_json, read_metrics
+from fedsheaf.rundir.progress import accuracies, agent_table
+from fedsheaf.runtime import experiment
 from fedsheaf.sheaf.zca import zca_fit
+from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.seeding import derive_seed, rng, torch_generator
 
 
 def test_derived_seeds_depend_only_on_their_keys():

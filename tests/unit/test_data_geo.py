@@ -8,7 +8,7 @@ import torch
 
 from fedsheaf.data.geo import geo_view, projection_partition, tabular_regression
 from fedsheaf.data.sources import load_dataset
-from fedsheaf.errors import ConfigError, DataError
+from fedsheaf.util.errors import ConfigError, DataError
 
 
 def blob(side=32, sigma=3.0):

@@ -87,7 +87,7 @@ def test_black_level_is_a_normalised_black_pixel():
 
 def test_fedrep_runs_pad_their_crops_with_black():
     from fedsheaf.algorithms.federated import FEDERATED
-    from fedsheaf.config import load_config
+    from fedsheaf.config.sections import load_config
 
     cfg = load_config("configs/fedrep_cifar10_100c2.yaml")
     task = FEDERATED[cfg.algorithm](cfg.federated).make_task(cfg)

@@ -11,7 +11,7 @@ from fedsheaf.data.partition import (
     label_shift_partition,
     label_shift_probs,
 )
-from fedsheaf.errors import ConfigError, DataError
+from fedsheaf.util.errors import ConfigError, DataError
 
 TABLE2 = [
     [4, 5, 6, 7, 8], [0, 1, 2, 3, 4], [0, 1, 2, 3, 4, 5], [4, 5, 6, 7, 8, 9], [0, 1, 2, 7, 8, 9],

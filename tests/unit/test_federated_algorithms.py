@@ -5,7 +5,7 @@ import pytest
 
 from fedsheaf.algorithms.federated import FEDERATED, FedAvg, FedPer, FedRep, Phase
 from fedsheaf.algorithms.federated.summary import result_table, round_record, summarize
-from fedsheaf.config import SERVER_BASED, FederatedConfig
+from fedsheaf.config.sections import SERVER_BASED, FederatedConfig
 
 FC = FederatedConfig(local_epochs=3, head_epochs=10, body_epochs=5, finetune_epochs=7)
 

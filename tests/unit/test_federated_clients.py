@@ -3,8 +3,8 @@
 import torch
 
 from fedsheaf.algorithms.federated.setup import load_clients
-from fedsheaf.config import ExperimentConfig
-from fedsheaf.schema import build
+from fedsheaf.config.schema import build
+from fedsheaf.config.sections import ExperimentConfig
 
 
 def _classes(root, seed: int, distinct: bool) -> list[tuple[int, ...]]:

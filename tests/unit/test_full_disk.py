@@ -34,8 +34,8 @@ def test_a_checkpoint_that_does_not_fit_names_its_file_and_the_reason(tmp_path):
     proc = _limited(
         """
         import torch
-        from fedsheaf.results import write_atomic
-        from fedsheaf.errors import WriteError
+        from fedsheaf.rundir.files import write_atomic
+        from fedsheaf.util.errors import WriteError
         try:
             write_atomic(sys.argv[1], lambda fh: torch.save({"w": torch.zeros(100_000)}, fh))
         except WriteError as exc:
@@ -53,8 +53,8 @@ def test_a_checkpoint_that_does_not_fit_names_its_file_and_the_reason(tmp_path):
 def test_a_metrics_record_that_does_not_fit_leaves_no_line_cut_short(tmp_path):
     proc = _limited(
         """
-        from fedsheaf.results import RunDir
-        from fedsheaf.errors import WriteError
+        from fedsheaf.rundir.files import RunDir
+        from fedsheaf.util.errors import WriteError
         run = RunDir(sys.argv[1])
         run.append_metrics({"epoch": 1, "loss": 0.5})
         try:
@@ -77,7 +77,7 @@ def test_when_failed_json_cannot_be_written_one_rank_still_reports(tmp_path):
     (tmp_path / "config.yaml").write_text("name: x\n")
     code = """
         import time
-        from fedsheaf.results import write_failure
+        from fedsheaf.rundir.files import write_failure
         print(write_failure(__import__("pathlib").Path(sys.argv[1]), 0, "disk full",
                             since=time.time() - 1), flush=True)
         sys.stdin.read()  # lives until the test closes its stdin
@@ -101,7 +101,7 @@ def test_when_failed_json_cannot_be_written_one_rank_still_reports(tmp_path):
 def test_a_bug_in_what_is_written_stays_a_bug_not_a_write_error(tmp_path):
     import pytest
 
-    from fedsheaf.results import write_atomic
+    from fedsheaf.rundir.files import write_atomic
 
     with pytest.raises(TypeError, match="not JSON serializable"):
         write_atomic(tmp_path / "x.json", lambda fh: fh.write(json.dumps(object()).encode()))
@@ -114,7 +114,7 @@ def test_a_rank_whose_failed_json_does_not_fit_leaves_it_to_the_one_whose_did(tm
     code = """
         import time
         from pathlib import Path
-        from fedsheaf.results import write_failure
+        from fedsheaf.rundir.files import write_failure
         print(write_failure(Path(sys.argv[1]), 2, "disk full", since=time.time() - 60))
         """
     proc = _limited(code, str(tmp_path), "0")

@@ -8,7 +8,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from fedsheaf.errors import FedsheafError, GraphError
+from fedsheaf.config.presets import TABLE2
 from fedsheaf.graphs import (
     Graph,
     class_overlap_graph,
@@ -20,7 +20,7 @@ from fedsheaf.graphs import (
     save_graph,
     validate_for_world,
 )
-from fedsheaf.presets import TABLE2
+from fedsheaf.util.errors import FedsheafError, GraphError
 
 # ----------------------------------------------------------------- helpers
 

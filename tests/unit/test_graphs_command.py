@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf import graph_command
-from fedsheaf.cli import main
-from fedsheaf.errors import ConfigError, GraphError
+from fedsheaf.cli import graph as graph_command
+from fedsheaf.cli.main import main
+from fedsheaf.config.presets import mnist15_graph, table3_pair_graph
 from fedsheaf.graphs import Graph, load_graph
-from fedsheaf.presets import mnist15_graph, table3_pair_graph
+from fedsheaf.util.errors import ConfigError, GraphError
 
 GRAPHS = Path(__file__).resolve().parents[2] / "graphs"
 CONFIGS = GRAPHS.parent / "configs"
@@ -255,7 +255,7 @@ def test_class_ids_outside_the_data_sets_are_refused(
 
 
 def test_cli_help_describes_graph(capsys: pytest.CaptureFixture[str]) -> None:
-    from fedsheaf import cli as main_cli
+    from fedsheaf.cli import main as main_cli
 
     with pytest.raises(SystemExit):
         main_cli.main(["graph", "--help"])

@@ -7,8 +7,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fedsheaf.errors import GraphError
 from fedsheaf.graphs import Graph, load_graph, save_graph
+from fedsheaf.util.errors import GraphError
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -7,14 +7,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsheaf.algorithms.federated.head_gram import (
+from fedsheaf.algorithms.federated.head.gram import (
     GramTracker,
     direction_error,
     instance_from_rows,
     moment_rows,
 )
-from fedsheaf.algorithms.federated.head_model import build_ufm_net
-from fedsheaf.algorithms.federated.head_objective import (
+from fedsheaf.algorithms.federated.head.model import build_ufm_net
+from fedsheaf.algorithms.federated.head.objective import (
     align_head_,
     moment_correction_term,
     procrustes_rotation,

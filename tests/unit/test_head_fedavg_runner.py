@@ -5,16 +5,16 @@ import pytest
 import torch
 
 from fedsheaf.algorithms.federated import FEDERATED, HeadFedAvg
-from fedsheaf.algorithms.federated.base import Phase
-from fedsheaf.algorithms.federated.head_data import load_regression_clients
-from fedsheaf.algorithms.federated.head_objective import target_moments
+from fedsheaf.algorithms.federated.fedavg import Phase
+from fedsheaf.algorithms.federated.head.data import load_regression_clients
+from fedsheaf.algorithms.federated.head.objective import target_moments
 from fedsheaf.algorithms.federated.protocol import average
-from fedsheaf.config import SERVER_BASED, ExperimentConfig
-from fedsheaf.errors import ConfigError
-from fedsheaf.schema import build
+from fedsheaf.config.schema import build
+from fedsheaf.config.sections import SERVER_BASED, ExperimentConfig
 from fedsheaf.theory.bures import barycenter, selected_head
 from fedsheaf.theory.psd import rel_err
 from fedsheaf.theory.ufm import UFMInstance, client_grams, g_cen
+from fedsheaf.util.errors import ConfigError
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedsheaf.hostinfo import (
+from fedsheaf.util.hostinfo import (
     failed_to_start,
     launch_flags,
     physical_cores,
@@ -197,9 +197,9 @@ def test_a_rank_count_error_under_srun_singletons_names_the_pmi_mismatch(tmp_pat
 
 
 def test_a_server_based_run_under_srun_singletons_gets_the_hint_too(monkeypatch):
-    from fedsheaf.config import load_config
-    from fedsheaf.errors import ConfigError
-    from fedsheaf.ranks import check_ranks
+    from fedsheaf.config.ranks import check_ranks
+    from fedsheaf.config.sections import load_config
+    from fedsheaf.util.errors import ConfigError
 
     cfg = load_config(ROOT / "configs" / "fedrep_fmnist_100c2.yaml")
     monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "101")

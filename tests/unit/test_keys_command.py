@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from fedsheaf import cli
 from fedsheaf.algorithms.federated.setup import FEDERATED_MODELS
-from fedsheaf.config import ExperimentConfig, FederatedConfig, load_config
-from fedsheaf.errors import ConfigError
-from fedsheaf.keys_command import keys
-from fedsheaf.schema import describe, to_dict
+from fedsheaf.cli import main as cli
+from fedsheaf.cli.keys import keys
+from fedsheaf.config.schema import describe, to_dict
+from fedsheaf.config.sections import ExperimentConfig, FederatedConfig, load_config
+from fedsheaf.util.errors import ConfigError
 
 QUICKSTART = "configs/quickstart.yaml"
 

@@ -1,4 +1,4 @@
-"""Peak memory per rank (fedsheaf.memory): read from the kernel, recorded, described."""
+"""Peak memory per rank (fedsheaf.util.memory): read from the kernel, recorded, described."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from fedsheaf import memory
+from fedsheaf.util import memory
 
 
 def test_the_peak_resident_set_grows_with_what_the_process_holds() -> None:
@@ -16,7 +16,7 @@ def test_the_peak_resident_set_grows_with_what_the_process_holds() -> None:
     higher than it settles)."""
     script = (
         "import torch\n"
-        "from fedsheaf.memory import peak_rss_bytes\n"
+        "from fedsheaf.util.memory import peak_rss_bytes\n"
         "held = next(int(ln.split()[1]) * 1024 for ln in open('/proc/self/status')\n"
         "            if ln.startswith('VmRSS:'))\n"
         "block = torch.ones(50_000_000)  # 200 MB, touched\n"

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fedsheaf.models.encoders import AgentModel, CNNEncoder, build_agent_model
-from fedsheaf.models.seeding import GeneratorDropout
+from fedsheaf.models.seeded import GeneratorDropout
 
 torch.set_num_threads(1)
 

@@ -12,9 +12,9 @@ import io
 import pytest
 import torch
 
-from fedsheaf.config import load_config
-from fedsheaf.errors import ConfigError
+from fedsheaf.config.sections import load_config
 from fedsheaf.sheaf.maps import PilotWindow, stiefel_map, window_batches
+from fedsheaf.util.errors import ConfigError
 from tests.unit.test_overlap_exchange import build
 
 torch.set_num_threads(1)

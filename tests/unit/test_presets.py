@@ -4,8 +4,7 @@ import dataclasses
 
 import pytest
 
-from fedsheaf.errors import ConfigError, FedsheafError
-from fedsheaf.presets import (
+from fedsheaf.config.presets import (
     TABLE2,
     TABLE3_DIMS,
     AgentSpec,
@@ -13,6 +12,7 @@ from fedsheaf.presets import (
     table3,
     table3_pair_graph,
 )
+from fedsheaf.util.errors import ConfigError, FedsheafError
 
 # The d column of SPEC Table 2, typed in independently of the encoder widths.
 TABLE2_D = (128, 224, 64, 128, 192, 96, 256, 144, 160, 80, 120, 240, 80, 96, 160)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf.processes import kill_session, live_session, process_state, stop_job
+from fedsheaf.ops.processes import kill_session, live_session, process_state, stop_job
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads /proc")
 
@@ -113,7 +113,7 @@ def test_stop_job_reaches_workers_the_launchers_sigterm_did_not(start):
 # A supervisor like `fedsheaf sweep --local`: runs the stand-in job with run_job.
 SUPERVISOR = """
 import sys
-from fedsheaf.processes import Terminated, raise_on_sigterm, run_job
+from fedsheaf.ops.processes import Terminated, raise_on_sigterm, run_job
 raise_on_sigterm()
 try:
     run_job([sys.executable, "-c", sys.argv[1], sys.argv[2], "0"], sys.stdout, {}, grace=1)

@@ -1,4 +1,4 @@
-"""Standard output whose reader has gone (fedsheaf.reader_gone), on real descriptors: a
+"""Standard output whose reader has gone (fedsheaf.util.reader_gone), on real descriptors: a
 broken pipe is survived, an I/O error (a terminal or launcher gone) ends the run with words
 that say so."""
 
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from fedsheaf.reader_gone import OutputGone, ReaderGoneGuard
+from fedsheaf.util.reader_gone import OutputGone, ReaderGoneGuard
 
 
 def test_a_hung_up_terminal_is_an_error_that_names_the_launcher_not_the_disk():

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf import cli
-from fedsheaf.config import dump_config, load_config
-from fedsheaf.errors import ConfigError
-from fedsheaf.report import collect, grid_points, markdown, select, write_report
-from fedsheaf.results import RunDir, atomic_write_json
+from fedsheaf.cli import main as cli
+from fedsheaf.config.sections import dump_config, load_config
+from fedsheaf.ops.report import collect, grid_points, markdown, select, write_report
+from fedsheaf.rundir.files import RunDir, atomic_write_json
+from fedsheaf.util.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -128,7 +128,7 @@ def test_every_grid_point_is_listed_with_the_selected_one_marked(study, tmp_path
 
 
 def test_grid_points_are_ordered_by_value():
-    from fedsheaf.report import _hyper_order
+    from fedsheaf.ops.report import _hyper_order
 
     ks = [(("sheaf.pilot_batch", k),) for k in (64, 8, 16, 4)]
     assert sorted(ks, key=_hyper_order) == [(("sheaf.pilot_batch", k),) for k in (4, 8, 16, 64)]
@@ -282,7 +282,7 @@ def test_a_damaged_run_is_skipped_with_a_warning(study, capsys):
     "manifest", ['{"runs": 5}', '{"runs": [{"name": 1}]}', '{"runs": [], "grid_keys": "lam"}']
 )
 def test_a_damaged_study_json_is_one_clear_error(tmp_path, capsys, manifest):
-    from fedsheaf import cli
+    from fedsheaf.cli import main as cli
 
     _run(tmp_path / "runs", "r", [], _summary(0.5, 0.8, 0.6))
     (tmp_path / "study.json").write_text(manifest)

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf import cli
-from fedsheaf.config import dump_config, load_config
-from fedsheaf.errors import ConfigError
-from fedsheaf.report_runs import (
+from fedsheaf.cli import main as cli
+from fedsheaf.config.sections import dump_config, load_config
+from fedsheaf.ops.report_runs import (
     BASE_COLS,
     DECENTRALIZED_COLS,
     SERVER_COLS,
@@ -25,7 +24,8 @@ from fedsheaf.report_runs import (
     server_seed_means,
     write_runs_report,
 )
-from fedsheaf.results import RunDir
+from fedsheaf.rundir.files import RunDir
+from fedsheaf.util.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -216,7 +216,7 @@ def test_runs_that_recorded_their_peak_memory_get_a_column(tmp_path):
     """Runs from before memory was recorded keep their table as it was (no column)."""
     import json
 
-    from fedsheaf.memory import per_rank
+    from fedsheaf.util.memory import per_rank
 
     old = make_decentralized(tmp_path, "old", epochs=2)
     assert "peak" not in runs_table_markdown(find_runs([old]))
@@ -324,8 +324,8 @@ def test_cli_server_runs_only_and_errors(tmp_path, capsys):
 
 
 def test_the_centralized_baselines_count_their_server_line(tmp_path):
-    from fedsheaf.report_runs import RunInfo, step_bytes
-    from fedsheaf.watch import format_record
+    from fedsheaf.ops.report_runs import RunInfo, step_bytes
+    from fedsheaf.ops.watch import format_record
 
     rec = {"epoch": 2, "loss": 0.5, "bytes_sent": 1000, "eval_bytes_sent": 200}
     rec.update(server_bytes_sent=3000, server_bytes_received=4000)
@@ -338,7 +338,7 @@ def test_the_centralized_baselines_count_their_server_line(tmp_path):
 
 
 def test_the_bytes_figure_leaves_out_runs_that_moved_nothing(tmp_path):
-    from fedsheaf.report_runs import RunInfo, bytes_series
+    from fedsheaf.ops.report_runs import RunInfo, bytes_series
 
     def run(name, algorithm, sent):
         recs = [{"epoch": e, "bytes_sent": sent, "eval_bytes_sent": 500} for e in (1, 2)]
@@ -413,7 +413,7 @@ def test_one_seed_twice_in_a_setting_is_named(tmp_path, capsys):
 
 
 def test_a_run_that_failed_before_its_first_epoch_is_listed(tmp_path, capsys):
-    from fedsheaf.results import write_failure
+    from fedsheaf.rundir.files import write_failure
 
     done = make_decentralized(tmp_path, "done", epochs=2)
     early = tmp_path / "early"
@@ -456,7 +456,7 @@ def test_a_run_without_a_summary_is_said_to_be_left_out_of_the_means(mixed, tmp_
 
 
 def test_the_bytes_axis_says_its_units_and_no_exponent_over_the_title(tmp_path):
-    from fedsheaf.report_runs import RunInfo, bytes_figure
+    from fedsheaf.ops.report_runs import RunInfo, bytes_figure
 
     recs = [{"epoch": e, "bytes_sent": 12_000_000 + 1_000_000 * e} for e in (1, 2, 3)]
     run = RunInfo(tmp_path / "sf", {"algorithm": "sheaf_frl"}, recs, None)
@@ -470,7 +470,7 @@ def test_the_bytes_axis_says_its_units_and_no_exponent_over_the_title(tmp_path):
 
 
 def test_more_than_ten_runs_get_colours_of_their_own(tmp_path):
-    from fedsheaf.report_runs import RunInfo, learning_curves_figure, run_colours
+    from fedsheaf.ops.report_runs import RunInfo, learning_curves_figure, run_colours
 
     assert run_colours(3) == ["C0", "C1", "C2"]
     runs = [
@@ -483,7 +483,7 @@ def test_more_than_ten_runs_get_colours_of_their_own(tmp_path):
 
 
 def test_the_accuracy_after_fine_tuning_is_drawn_apart(tmp_path):
-    from fedsheaf.report_runs import RunInfo, learning_curves_figure
+    from fedsheaf.ops.report_runs import RunInfo, learning_curves_figure
 
     recs = [{"round": t, "acc": 0.5 + 0.1 * t, "loss": 1.0 / t} for t in (1, 2, 3)]
     recs.append({"round": 4, "final": True, "acc": 0.95, "loss": 0.2})

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf import checkpoint
-from fedsheaf.config import dump_config, load_config
-from fedsheaf.errors import ConfigError, relative_hint
-from fedsheaf.results import RunDir, check_not_foreign
-from fedsheaf.resume import check_resume, experiment_keys, resume_changes, resume_config
+from fedsheaf.config.sections import dump_config, load_config
+from fedsheaf.rundir import checkpoint
+from fedsheaf.rundir.files import RunDir, check_not_foreign
+from fedsheaf.rundir.resume import check_resume, experiment_keys, resume_changes, resume_config
+from fedsheaf.util.errors import ConfigError, relative_hint
 from tests.conftest import REPO
 
 QUICK = "configs/quickstart.yaml"

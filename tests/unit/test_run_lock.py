@@ -1,4 +1,4 @@
-"""One job per run directory: the lock a job's writing rank holds (fedsheaf.run_lock).
+"""One job per run directory: the lock a job's writing rank holds (fedsheaf.rundir.run_lock).
 
 Another process holds the lock here: a real job is another process (within one process
 two opens of the file would conflict too, which is why a process keeps its one lock)."""
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf import run_lock
-from fedsheaf.errors import ConfigError
-from fedsheaf.results import check_not_foreign
+from fedsheaf.rundir import run_lock
+from fedsheaf.rundir.files import check_not_foreign
+from fedsheaf.util.errors import ConfigError
 
 HOLD = """
 import sys
-from fedsheaf import run_lock
+from fedsheaf.rundir import run_lock
 assert run_lock.hold(sys.argv[1])
 print("held", flush=True)
 sys.stdin.read()  # until the test closes our stdin
@@ -61,8 +61,8 @@ def test_a_directory_holding_only_a_lock_is_a_run_directory_not_somebody_elses(t
 def test_a_finished_run_is_read_under_the_lock_so_a_run_finishing_now_is_not_extended(
     tmp_path,
 ):
-    from fedsheaf.config import dump_config, load_config
-    from fedsheaf.runtime.launch import claim_run_dir
+    from fedsheaf.config.sections import dump_config, load_config
+    from fedsheaf.launch.decentralized import claim_run_dir
     from tests.conftest import REPO
 
     over = [f"output.dir={tmp_path}", "checkpoint.resume=true", "train.epochs=2"]
@@ -112,7 +112,7 @@ time.sleep(0.3)  # far longer than a probe holds it, well within PROBE_WAIT
 
 
 def test_check_refuses_a_run_directory_a_job_holds_as_the_job_would(tmp_path, capsys):
-    from fedsheaf import cli
+    from fedsheaf.cli import main as cli
     from tests.conftest import REPO
 
     quick = str(REPO / "configs" / "quickstart.yaml")

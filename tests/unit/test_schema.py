@@ -1,4 +1,4 @@
-"""fedsheaf.schema: dataclasses from dicts with types, ranges, choices and did-you-mean."""
+"""fedsheaf.config.schema: dataclasses from dicts with types, ranges, choices and did-you-mean."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from fedsheaf.errors import ConfigError
-from fedsheaf.schema import build, spec, to_dict
+from fedsheaf.config.schema import build, spec, to_dict
+from fedsheaf.util.errors import ConfigError
 
 
 @dataclass

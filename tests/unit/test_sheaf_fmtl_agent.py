@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch.nn.utils import parameters_to_vector
 
-from fedsheaf import experiment
 from fedsheaf.algorithms.base import Agent
 from fedsheaf.algorithms.sheaf_fmtl import SheafFMTL
-from fedsheaf.bench.ranks import Silent
-from fedsheaf.config import load_config
+from fedsheaf.config.sections import load_config
+from fedsheaf.ops.bench.rank_tools import Silent
+from fedsheaf.runtime import experiment
 
 
 class SilentNeighbour:

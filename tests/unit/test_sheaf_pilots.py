@@ -4,8 +4,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsheaf.errors import ConfigError
 from fedsheaf.sheaf.pilots import PilotStream, parseval
+from fedsheaf.util.errors import ConfigError
 
 
 @settings(max_examples=30, deadline=None)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from fedsheaf import cli
+from fedsheaf.cli import main as cli
 from fedsheaf.runtime import stop_request
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedsheaf import cli
-from fedsheaf.config import load_config
-from fedsheaf.errors import ConfigError
+from fedsheaf.cli import main as cli
+from fedsheaf.config.sections import load_config
 from fedsheaf.graphs import load_graph
-from fedsheaf.study import expand, write_manifest
-from fedsheaf.sweep import after_interrupt, emit, launch_retrying, restart_overrides
+from fedsheaf.ops.study import expand, write_manifest
+from fedsheaf.ops.sweep import after_interrupt, emit, launch_retrying, restart_overrides
+from fedsheaf.util.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -184,7 +184,7 @@ def test_local_runs_skip_finished_and_resume_interrupted(tmp_path):
 
 
 def test_local_launcher_honours_fedsheaf_mpiexec(monkeypatch, tmp_path):
-    from fedsheaf.hostinfo import local_launcher
+    from fedsheaf.util.hostinfo import local_launcher
 
     fake = tmp_path / "mpiexec"
     fake.write_text("#!/bin/sh\n")
@@ -199,7 +199,7 @@ def test_local_launcher_honours_fedsheaf_mpiexec(monkeypatch, tmp_path):
 
 
 def test_timings_merge_across_invocations(tmp_path, capsys):
-    from fedsheaf.sweep import record_timings
+    from fedsheaf.ops.sweep import record_timings
 
     path = tmp_path / "timings.json"
     record_timings(path, {"a": 10.0, "b": 20.0}, 31.0)
@@ -591,7 +591,7 @@ def test_local_refuses_a_study_whose_data_files_are_missing_before_any_launch(tm
         f"study s15: dataset 'mnist' (train split) not found under data root {root}",
     )
     assert not (tmp_path / "out" / "logs").exists() and not (tmp_path / "out" / "runs").exists()
-    from fedsheaf.report_runs import find_runs
+    from fedsheaf.ops.report_runs import find_runs
 
     (tmp_path / "out").mkdir(exist_ok=True)
     (tmp_path / "out" / "study.json").write_text("{}")

@@ -5,7 +5,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsheaf.errors import FedsheafError
 from fedsheaf.theory._threads import single_blas_thread
 from fedsheaf.theory.bures import (
     barycenter,
@@ -15,9 +14,10 @@ from fedsheaf.theory.bures import (
     selected_head,
     transport_map,
 )
-from fedsheaf.theory.errors import ConvergenceError
+from fedsheaf.theory.exceptions import ConvergenceError
 from fedsheaf.theory.instances import random_orthogonal
 from fedsheaf.theory.psd import inv_sqrtm_pd, rel_err, sqrt_and_inv_sqrt, sqrtm_psd, sym
+from fedsheaf.util.errors import FedsheafError
 
 SETTINGS = settings(max_examples=40, deadline=None)
 seeds = st.integers(0, 2**32 - 1)

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from fedsheaf import cli
-from fedsheaf.errors import ConfigError
+from fedsheaf.cli import main as cli
 from fedsheaf.theory.checks import check_int, check_real
+from fedsheaf.util.errors import ConfigError
 
 
 def test_ranges_read_as_what_they_allow():

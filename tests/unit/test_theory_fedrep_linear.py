@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsheaf.errors import ConfigError
+from fedsheaf.cli.ufm import configure_linear, run_linear_cli
 from fedsheaf.theory._threads import single_blas_thread
-from fedsheaf.theory.command import configure_linear, run_linear_cli
 from fedsheaf.theory.fedrep_linear import (
     LinearSettings,
     fedrep_round,
@@ -19,6 +18,7 @@ from fedsheaf.theory.fedrep_linear import (
     principal_angle_distance,
     run_linear,
 )
+from fedsheaf.util.errors import ConfigError
 
 
 @pytest.fixture(autouse=True)

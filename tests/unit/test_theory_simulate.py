@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsheaf.errors import ConfigError
+from fedsheaf.cli.ufm import configure, run
 from fedsheaf.theory._threads import single_blas_thread
 from fedsheaf.theory.bures import gram_step, selected_head
-from fedsheaf.theory.command import configure, run
-from fedsheaf.theory.errors import ConvergenceError
+from fedsheaf.theory.exceptions import ConvergenceError
 from fedsheaf.theory.instances import load_ufm_config, random_instance
 from fedsheaf.theory.local import proximal_solve
 from fedsheaf.theory.psd import rel_err
 from fedsheaf.theory.simulate import SimSettings, simulate
 from fedsheaf.theory.ufm import client_grams
+from fedsheaf.util.errors import ConfigError
 
 FIXED = Path(__file__).resolve().parents[2] / "configs" / "ufm_fixed.yaml"
 

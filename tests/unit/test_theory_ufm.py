@@ -7,10 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedsheaf.errors import ConfigError
 from fedsheaf.theory._threads import single_blas_thread
 from fedsheaf.theory.bures import bw_distance_sq
-from fedsheaf.theory.errors import NotFullyActiveError
+from fedsheaf.theory.exceptions import NotFullyActiveError
 from fedsheaf.theory.instances import (
     load_instance,
     load_ufm_config,
@@ -31,6 +30,7 @@ from fedsheaf.theory.ufm import (
     profiled_grad,
     profiled_objective,
 )
+from fedsheaf.util.errors import ConfigError
 
 FIXED = Path(__file__).resolve().parents[2] / "configs" / "ufm_fixed.yaml"
 SETTINGS = settings(max_examples=40, deadline=None)

@@ -1,4 +1,4 @@
-"""One byte formatter (fedsheaf.units.human_bytes) for progress lines, tables and watch."""
+"""One byte formatter (fedsheaf.util.units.human_bytes) for progress lines, tables and watch."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ from typing import Any
 
 import pytest
 
-from fedsheaf import progress, report_runs, units, watch
-from fedsheaf.progress import Recorder
+from fedsheaf.ops import report_runs, watch
+from fedsheaf.rundir import progress
+from fedsheaf.rundir.progress import Recorder
 from fedsheaf.runtime import server_launch
-from fedsheaf.units import human_bytes
+from fedsheaf.util import units
+from fedsheaf.util.units import human_bytes
 
 
 @pytest.mark.parametrize(
@@ -67,12 +69,15 @@ def test_progress_line_keeps_the_compact_form() -> None:
 
 
 def test_report_and_watch_still_import_without_torch() -> None:
-    code = "import sys, fedsheaf.report_runs, fedsheaf.watch; sys.exit('torch' in sys.modules)"
+    code = (
+        "import sys, fedsheaf.ops.report_runs, fedsheaf.ops.watch; "
+        "sys.exit('torch' in sys.modules)"
+    )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
 def test_counts_read_as_english():
-    from fedsheaf.units import count
+    from fedsheaf.util.units import count
 
     assert [count(n, "rank") for n in (0, 1, 2)] == ["0 ranks", "1 rank", "2 ranks"]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from fedsheaf import cli
-from fedsheaf.errors import ConfigError
-from fedsheaf.results import RunDir, write_failure
-from fedsheaf.watch import MetricsTail, watch
+from fedsheaf.cli import main as cli
+from fedsheaf.ops.watch import MetricsTail, watch
+from fedsheaf.rundir.files import RunDir, write_failure
+from fedsheaf.util.errors import ConfigError
 from tests.unit.test_report_runs import make_decentralized, make_head, make_server
 
 
@@ -156,7 +156,7 @@ def test_follow_mode_prints_new_records_until_summary_appears(tmp_path):
 
 
 def test_undefined_numbers_read_as_a_dash_and_the_validation_score_is_named():
-    from fedsheaf.watch import finished_line, format_record
+    from fedsheaf.ops.watch import finished_line, format_record
 
     nan = float("nan")  # communication accuracy of agents without neighbours
     rec = {"epoch": 2, "loss": 0.5, "private_acc": 0.9, "comm_acc": nan, "score_val": 0.8}
@@ -381,7 +381,7 @@ def test_following_a_run_that_stopped_writing_says_so_once(tmp_path):
 
 
 def test_the_header_counts_in_the_singular_too():
-    from fedsheaf.watch import header
+    from fedsheaf.ops.watch import header
 
     one = {"name": "x", "algorithm": "sheaf_frl", "seed": 0, "agents": [{}], "train": {"epochs": 1}}
     assert header(one, Path("r")) == "x · sheaf_frl · seed 0 · 1 agent · 1 epoch · r"
@@ -390,8 +390,8 @@ def test_the_header_counts_in_the_singular_too():
 
 
 def test_a_run_whose_job_ended_on_an_error_is_failed_not_running(tmp_path):
-    from fedsheaf.report_runs import load_run, run_row
-    from fedsheaf.results import FAILURE_FILE
+    from fedsheaf.ops.report_runs import load_run, run_row
+    from fedsheaf.rundir.files import FAILURE_FILE
 
     path = make_decentralized(tmp_path, "run", epochs=4, finished=False)
     assert run_row(load_run(path))["status"] == "running"
@@ -404,8 +404,8 @@ def test_a_run_whose_job_ended_on_an_error_is_failed_not_running(tmp_path):
         assert lines[-1] == "failed on rank 1: agent 1: loss became nan in epoch 3, step 2"
         assert lines[-2].startswith("epoch 4/4")
     # a run resumed (once every rank has read its checkpoint) or started over forgets it
-    from fedsheaf.resume import load_run_config
-    from fedsheaf.runtime.launch import settle_config
+    from fedsheaf.launch.decentralized import settle_config
+    from fedsheaf.rundir.resume import load_run_config
 
     settle_config(RunDir(path, extend=True), load_run_config(path / "config.yaml"))
     assert not (path / FAILURE_FILE).exists() and run_row(load_run(path))["status"] == "running"
@@ -417,12 +417,12 @@ def test_a_run_whose_job_ended_on_an_error_is_failed_not_running(tmp_path):
 
 
 def test_a_run_stopped_on_request_is_stopped_until_resumed(tmp_path):
-    from fedsheaf.report_runs import load_run, run_row
-    from fedsheaf.results import STOP_FILE
-    from fedsheaf.resume import load_run_config
-    from fedsheaf.runtime.launch import settle_config
+    from fedsheaf.launch.decentralized import settle_config
+    from fedsheaf.ops.report_runs import load_run, run_row
+    from fedsheaf.ops.watch import STOPPED
+    from fedsheaf.rundir.files import STOP_FILE
+    from fedsheaf.rundir.resume import load_run_config
     from fedsheaf.runtime.stop_request import leave_note
-    from fedsheaf.watch import STOPPED
 
     path = make_decentralized(tmp_path, "run", epochs=4, finished=False)
     leave_note(path, "epoch", 4)
@@ -493,7 +493,7 @@ def test_until_finished_follows_a_stopped_run_through_its_requeued_resume(tmp_pa
 def test_a_job_killed_outright_is_told_from_a_running_one_by_the_runs_lock(tmp_path):
     """SIGKILL leaves no summary and no failed.json; the run's lock, which dies with its
     holder, says the job is gone (watch: exit 1; report: interrupted)."""
-    from fedsheaf.report_runs import load_run, run_row
+    from fedsheaf.ops.report_runs import load_run, run_row
     from tests.unit.test_run_lock import _holder
 
     path = make_decentralized(tmp_path, "run", epochs=4, seed=2, finished=False)
@@ -527,7 +527,7 @@ def test_a_job_killed_outright_is_told_from_a_running_one_by_the_runs_lock(tmp_p
 
 
 def test_a_damaged_line_is_said_by_watch_and_report_not_skipped_silently(tmp_path, capsys):
-    from fedsheaf.report_runs import load_run
+    from fedsheaf.ops.report_runs import load_run
 
     path = make_decentralized(tmp_path, "run", epochs=4, seed=2, finished=False)
     lines = (path / "metrics.jsonl").read_bytes().splitlines(keepends=True)

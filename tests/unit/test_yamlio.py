@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedsheaf import yamlio
-from fedsheaf.config import load_config, parse_override, read_yaml
-from fedsheaf.errors import ConfigError, GraphError
+from fedsheaf.config.sections import load_config, parse_override, read_yaml
 from fedsheaf.graphs import load_graph
+from fedsheaf.util import yamlio
+from fedsheaf.util.errors import ConfigError, GraphError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -134,8 +134,8 @@ def test_plain_numbers_and_booleans_are_read_as_typed(text, value):
 
 def test_strings_that_look_like_numbers_survive_a_run_directory(tmp_path):
     """config.yaml is written by dump_config and read again on resume."""
-    from fedsheaf.config import dump_config
-    from fedsheaf.resume import load_run_config
+    from fedsheaf.config.sections import dump_config
+    from fedsheaf.rundir.resume import load_run_config
 
     cfg = load_config(REPO / "configs/quickstart.yaml", ["name='1e3'", "output.name='08'"])
     assert (cfg.name, cfg.output.name) == ("1e3", "08")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedsheaf.algorithms.federated.base import FedAvg, Phase
+from fedsheaf.algorithms.federated.fedavg import FedAvg, Phase
 
 
 class FedPer(FedAvg):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedsheaf.algorithms.federated.base import Phase
+from fedsheaf.algorithms.federated.fedavg import Phase
 from fedsheaf.algorithms.federated.fedper import FedPer
 
 

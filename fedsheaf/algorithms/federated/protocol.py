@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from fedsheaf.seeding import rng
+from fedsheaf.util.seeding import rng
 
 
 def n_selected(n_clients: int, fraction: float) -> int:

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 import torch
 
-from fedsheaf.config import ExperimentConfig
+from fedsheaf.config.ranks import check_ranks
+from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.data.partition import fedrep_shards
 from fedsheaf.data.sources import Dataset, clear_cache, dataset_shape, load_dataset
-from fedsheaf.errors import ConfigError
 from fedsheaf.models.fedrep_cnn import FedRepCNN, build_fedrep_cnn
-from fedsheaf.ranks import check_ranks
-from fedsheaf.seeding import derive_seed
+from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.seeding import derive_seed
 
 
 @dataclass

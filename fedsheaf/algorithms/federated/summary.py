@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsheaf.algorithms.federated.base import FedAvg
+from fedsheaf.algorithms.federated.fedavg import FedAvg
 
 
 def round_record(evals: np.ndarray, n_clients: int) -> dict[str, Any]:

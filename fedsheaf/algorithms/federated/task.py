@@ -1,6 +1,6 @@
 """What the server-based round loop runs on: data, model, local solver, evaluation.
 
-The round loop (``fedsheaf.runtime.server_launch``) is the same for every
+The round loop (``fedsheaf.launch.server``) is the same for every
 server-based algorithm; what it trains and how it scores differs by *task*.
 :class:`Task` is the default, SPEC §4's classification setting (FedRep shards,
 the FedRep CNN, :class:`~.trainer.ClientRunner`, local test accuracy). An
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedsheaf.algorithms.federated.base import FedAvg
+from fedsheaf.algorithms.federated.fedavg import FedAvg
 from fedsheaf.algorithms.federated.setup import (
     ClientData,
     build_model,
@@ -31,9 +31,9 @@ from fedsheaf.algorithms.federated.setup import (
 )
 from fedsheaf.algorithms.federated.summary import result_table, round_record, summarize
 from fedsheaf.algorithms.federated.trainer import ClientRunner
-from fedsheaf.config import ExperimentConfig
+from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.data.sources import Samples, black_level, data_digest
-from fedsheaf.units import count
+from fedsheaf.util.units import count
 
 
 class Task:

@@ -29,13 +29,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedsheaf.algorithms.base import TrainingDiverged, build_optimizer
-from fedsheaf.algorithms.federated.base import FedAvg, Phase
+from fedsheaf.algorithms.federated.fedavg import FedAvg, Phase
 from fedsheaf.algorithms.federated.params import ParamSet
 from fedsheaf.algorithms.federated.setup import ClientData
-from fedsheaf.checkpoint import CheckpointError
-from fedsheaf.config import TrainConfig
+from fedsheaf.config.sections import TrainConfig
 from fedsheaf.data.loaders import batches, n_batches, random_crop_flip
-from fedsheaf.seeding import derive_seed, torch_generator
+from fedsheaf.rundir.checkpoint import CheckpointError
+from fedsheaf.util.seeding import derive_seed, torch_generator
 
 EVAL_BATCH = 1000
 

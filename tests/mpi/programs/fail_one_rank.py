@@ -1,7 +1,7 @@
 """Run under mpiexec: rank 1 raises while the others wait in a collective."""
 
-from fedsheaf.errors import DataError
 from fedsheaf.runtime.world import init_world
+from fedsheaf.util.errors import DataError
 
 world = init_world()
 kind = __import__("sys").argv[1]

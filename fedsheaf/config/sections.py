@@ -1,0 +1,647 @@
+"""Experiment configuration: YAML files, ``key=value`` overrides, validation.
+
+A config file is one YAML mapping whose sections mirror the dataclasses below.
+Every key is checked before any training starts: unknown keys, wrong types and
+out-of-range values raise :class:`~fedsheaf.util.errors.ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedsheaf.config.schema import build, spec, to_dict
+from fedsheaf.util import yamlio
+from fedsheaf.util.errors import ConfigError
+
+DATASETS = ("digits", "mnist", "fashionmnist", "cifar10")
+DECENTRALIZED = ("sheaf_frl", "noncoop", "comfed", "sheaf_fmtl")
+# Heterogeneous-agent baselines with a central server: rank 0 serves, agents on ranks 1..N.
+HUB_BASED = ("fedproto", "fedmuscle")
+SERVER_BASED = ("fedavg", "fedavg_ft", "fedrep", "fedper", "lg_fedavg", "local", "head_fedavg")
+ALGORITHMS = DECENTRALIZED + HUB_BASED + SERVER_BASED
+# Methods that need every agent to have the same latent dimension d.
+EQUAL_DIM_ONLY = ("fedproto", "fedmuscle")
+
+
+@dataclass
+class DataConfig:
+    dataset: str = spec(
+        "digits",
+        choices=DATASETS,
+        doc="digits: scikit-learn's bundled 8×8 digits (no files); the others from data.root",
+    )
+    root: str = spec("data", doc="data root in torchvision layout")
+    download: bool = spec(False, doc="let torchvision download missing files")
+    split: str = spec(
+        "train",
+        choices=("train", "test"),
+        doc="graph runs: the torchvision split that is partitioned into the pilot set and "
+        "the agents' train/val/test shards (server runs use both splits)",
+    )
+    shift: float = spec(0.7, lo=0.0, hi=1.0, doc="label-shift strength s of Eq. 23")
+    pilot_fraction: float = spec(
+        0.1,
+        lo=0.0,
+        hi=0.5,
+        lo_open=True,
+        doc="share of the samples of the classes every agent observes that forms the shared "
+        "pilot set",
+    )
+    limit: int | None = spec(None, lo=1, doc="use only the first N samples (quick tests)")
+
+
+@dataclass
+class AgentConfig:
+    encoder: list[int] = spec(lo=1, doc="output channels of the CNN blocks; d = last width")
+    head: list[int] = spec(lo=1, doc="hidden widths of the head MLP")
+    classes: list[int] = spec(lo=0, doc="target classes C_i")
+    dropout: float = spec(0.1, lo=0.0, hi=0.95, doc="dropout after each hidden layer of the head")
+    lr: float | None = spec(
+        None, lo=0.0, lo_open=True, doc="this agent's learning rate; default train.lr"
+    )
+
+    @property
+    def dim(self) -> int:
+        return self.encoder[-1]
+
+    def check(self, prefix: str) -> None:
+        if not self.encoder:
+            raise ConfigError(f"config key '{prefix}.encoder' needs at least one width")
+        if not self.classes:
+            raise ConfigError(f"config key '{prefix}.classes' needs at least one class")
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = spec(5, lo=1, doc="training epochs (graph and hub runs)")
+    batch_size: int = spec(64, lo=1, doc="private samples per step (B)")
+    optimizer: str = spec(
+        "sgd", choices=("sgd", "nesterov", "adam"), doc="each agent's (client's) optimizer"
+    )
+    lr: float = spec(0.01, lo=0.0, lo_open=True, doc="learning rate")
+    momentum: float = spec(0.9, lo=0.0, hi=1.0, doc="momentum of sgd and nesterov")
+    weight_decay: float = spec(5e-4, lo=0.0, doc="L2 weight decay")
+    clip: float | None = spec(1.0, lo=0.0, lo_open=True, doc="per-agent grad-norm clip")
+    steps_per_epoch: int | None = spec(None, lo=1, doc="default: the largest agent's batches")
+    eval_every: int = spec(1, lo=1, doc="evaluate every N epochs (and after the last)")
+    device: str = spec(
+        "auto",
+        choices=("auto", "cpu", "cuda"),
+        doc="auto: a GPU per node-local rank where CUDA is visible, else the CPU",
+    )
+
+
+@dataclass
+class SheafConfig:
+    lam: float = spec(
+        0.1, lo=0.0, doc="penalty weight λ (λ_i = λ / d_i); also the baselines' cooperation weight"
+    )
+    pilot_batch: int = spec(64, lo=1, doc="K pilots per step")
+    map_refresh: str = spec(
+        "epoch",
+        choices=("epoch", "step"),
+        doc="refit the edge maps at the end of every epoch (from the pilot window) or at "
+        "every step",
+    )
+    window: int | None = spec(
+        None,
+        lo=1,
+        doc="W: fit the maps on the pilots of the last W samples (whole pilot batches, "
+        "rounded up); with map_refresh=step a sliding window refitted every step; null: "
+        "every batch since the last refresh (map_refresh=step: this step's, Algorithm 1)",
+    )
+    whitening: str = spec(
+        "standardize",
+        choices=("standardize", "zca"),
+        doc="latent whitening at the end of every encoder: per-feature standardisation or full ZCA",
+    )
+    variant: str = spec(
+        "standard",
+        choices=("standard", "homogeneous", "strict"),
+        doc="standard: Algorithm 1; homogeneous: Algorithm 2 (equal d, tail-side SVD only); "
+        "strict: Algorithms 3/4 (only transported pilots leave a rank)",
+    )
+    pilot_strategy: str = spec(
+        "uniform",
+        choices=("uniform", "stratified", "prototype", "kmeans"),
+        doc="uniform or per-class stratified pilot batches; class (prototype) or k-means "
+        "group centroids as pilots",
+    )
+    prototype_members: int = spec(
+        8, lo=1, doc="prototype/kmeans: pilots averaged per group and step"
+    )
+    parseval: bool = spec(False, doc="Parseval-normalise pilot matrices: A (AᵀA)^(-1/2)")
+    fused_pilots: bool = spec(
+        False,
+        doc="encode the private batch and the pilots in one encoder call (faster where small "
+        "batches leave the device idle; BatchNorm and whitening then use the union's batch "
+        "statistics)",
+    )
+    overlap_exchange: bool = spec(
+        False,
+        doc="back-propagate the private batch while the pilots are in flight: the same "
+        "gradients, bit for bit (each parameter is used once per forward pass, as in every "
+        "fedsheaf model); meant for GPUs, which then compute while the step waits "
+        "for neighbours (no gain measured on CPUs; slower where ranks outnumber cores); "
+        "no effect with fused_pilots (one graph for both)",
+    )
+
+
+@dataclass
+class ComFedConfig:
+    rank: int | None = spec(64, lo=1, doc="shared space dimension r; null: the largest d")
+
+
+@dataclass
+class FMTLConfig:
+    gamma: float = spec(1e-3, lo=0.0, lo_open=True, doc="edge stalk size γ·min(n_i, n_j)")
+    rate: float = spec(1e-2, lo=0.0, lo_open=True, doc="restriction-map learning rate η")
+
+
+@dataclass
+class FedProtoConfig:
+    momentum: float = spec(0.9, lo=0.0, hi=1.0, doc="EMA momentum of the global prototypes")
+
+
+@dataclass
+class FedMuscleConfig:
+    temperature: float = spec(0.1, lo=0.0, lo_open=True, doc="contrastive temperature τ")
+    task_epochs: int = spec(4, lo=0, doc="task-only epochs per round")
+    align_epochs: int = spec(1, lo=1, doc="epochs with the alignment loss per round")
+
+
+@dataclass
+class BaselineConfig:
+    """Method-specific constants of the heterogeneous baselines (SPEC §3).
+
+    Their cooperation weight is ``sheaf.lam`` (the λ that studies grid-search).
+    """
+
+    comfed: ComFedConfig = spec(ComFedConfig())
+    fmtl: FMTLConfig = spec(FMTLConfig())
+    fedproto: FedProtoConfig = spec(FedProtoConfig())
+    fedmuscle: FedMuscleConfig = spec(FedMuscleConfig())
+
+
+@dataclass
+class FederatedConfig:
+    """Server-based runs (SPEC §4): rank 0 serves, clients live on ranks 1..W."""
+
+    model: str = spec("fedrep_cnn", choices=("fedrep_cnn",), doc="the FedRep authors' CNN")
+    clients: int = spec(100, lo=1, doc="number of clients n")
+    classes_per_client: int = spec(
+        2,
+        lo=1,
+        doc="S: shards per client, one label each, drawn as the FedRep authors' code "
+        "draws them (a client may get one class twice)",
+    )
+    distinct_classes: bool = spec(
+        False, doc="swap shard labels between clients so that none repeats a class"
+    )
+    train_per_client: int | None = spec(None, lo=1, doc="default: all of each client's shards")
+    test_per_client: int | None = spec(
+        None, lo=1, doc="test samples per client; default: all of its test shards"
+    )
+    rounds: int = spec(100, lo=1, doc="communication rounds")
+    fraction: float = spec(0.1, lo=0.0, hi=1.0, lo_open=True, doc="participation r")
+    local_epochs: int = spec(1, lo=1, doc="FedAvg/FedPer/LG-FedAvg local epochs")
+    head_epochs: int = spec(10, lo=0, doc="FedRep τ: head epochs, body frozen")
+    body_epochs: int = spec(5, lo=0, doc="FedRep τ_φ: body epochs, head frozen")
+    finetune_epochs: int = spec(10, lo=0, doc="final local head fine-tuning")
+    weighted: bool = spec(True, doc="average weighted by sample count")
+    eval_last: int = spec(
+        10,
+        lo=1,
+        doc="score = mean local test accuracy, last N rounds (all, when fewer; FedAvg+FT: final)",
+    )
+    eval_every: int = spec(1, lo=1, doc="evaluate every N rounds (the last eval_last always)")
+    augment: bool = spec(False, doc="random crop + horizontal flip (CIFAR-10)")
+    placement: str = spec(
+        "dynamic",
+        choices=("balanced", "dynamic", "static"),
+        doc="which worker trains a sampled client: dynamic (the server hands the clients "
+        "out longest first to whichever worker is free, so measured time, not size, "
+        "balances the round), balanced (longest first to the least-loaded worker by "
+        "training samples, decided ahead on every rank), or static (its home rank "
+        "1 + c mod W). With 1 < W < clients and fewer than all clients per round (Local "
+        "trains them all: static), dynamic and balanced make every worker hold every "
+        "client's data and private parameters; all three give the same results",
+    )
+
+
+@dataclass
+class HeadConfig:
+    """Head-only FedAvg (SPEC §4, seed 002): regression data, UFM objective, options.
+
+    The local objective is
+    ``1/(2N_m)‖W H_m + b1ᵀ − Y_m‖² + λ_H/(2N_m)‖H_m‖² + λ_W/2‖W‖²`` with ``H_m`` the
+    private backbone's features; ``federated.local_epochs`` is E, ``train.*`` the optimiser.
+    """
+
+    data: str = spec(
+        "diabetes3",
+        choices=("diabetes3", "geo"),
+        doc="diabetes3 (tabular, scikit-learn) or geo (shift/zoom view of data.dataset)",
+    )
+    lam_H: float = spec(0.01, lo=0.0, lo_open=True, doc="feature penalty λ_H")
+    lam_W: float = spec(0.01, lo=0.0, lo_open=True, doc="head penalty λ_W")
+    rho: float = spec(0.0, lo=0.0, doc="proximal weight ρ on ‖W − W_t‖²/2")
+    align: bool = spec(False, doc="rotate each trained head to the broadcast (Procrustes)")
+    moment_gamma: float = spec(0.0, lo=0.0, hi=1.0, doc="scale γ of the moment correction")
+    backbone: list[int] = spec(
+        [128, 128], lo=1, doc="MLP hidden widths (diabetes3) or conv channels (geo)"
+    )
+    features: int | None = spec(None, lo=1, doc="feature width P (>= targets C); default 2C")
+    lr_min: float | None = spec(
+        None, lo=0.0, doc="cosine decay of train.lr to this value within each round"
+    )
+    test_fraction: float = spec(
+        0.2, lo=0.0, hi=0.9, lo_open=True, doc="held-out share when the set has no test split"
+    )
+
+    def check(self, prefix: str) -> None:
+        if self.features is not None and self.features < 3:
+            raise ConfigError(
+                f"config key '{prefix}.features' must be >= 3 (the regression targets C), "
+                f"got {self.features}"
+            )
+
+
+@dataclass
+class CheckpointConfig:
+    """Checkpoint/resume of decentralized and server-based runs (see fedsheaf.rundir.checkpoint)."""
+
+    every: int = spec(
+        1, lo=0, doc="write a checkpoint every N epochs (rounds) and after the last; 0 = never"
+    )
+    keep: int = spec(2, lo=1, doc="complete checkpoints kept on disk")
+    resume: bool = spec(False, doc="continue from the newest complete checkpoint, if any")
+
+
+#: Classes of every data set fedsheaf reads (:mod:`fedsheaf.data.sources`), so class ids
+#: run 0..N_CLASSES-1 in run configs and graph files.
+N_CLASSES = 10
+
+
+def is_plain_name(value: str, room: int = 0) -> bool:
+    """Whether ``value`` can be one file or directory name: not blank, not . or .., no
+    path separator or NUL, at most 255 bytes less ``room`` (for a suffix added to it)."""
+    return (
+        bool(value.strip())
+        and value not in (".", "..")
+        and not {"/", "\\", "\0"} & set(value)
+        and len(value.encode("utf-8", "surrogatepass")) <= 255 - room
+    )
+
+
+def require_plain_name(
+    value: str,
+    option: str,
+    names: str,
+    hint: str,
+    error: type[Exception] = ConfigError,
+    suffix: str = "",
+) -> None:
+    """Refuse ``value`` for command option ``option`` unless :func:`is_plain_name` (with
+    room for the file ``suffix``); the message says what it ``names``, gives the ``hint``."""
+    if not is_plain_name(value, len(suffix.encode())):
+        raise error(
+            f"{option} {value!r} must be a plain name (not blank, no '/' or '\\', not . or "
+            f".., at most {255 - len(suffix.encode())} bytes): it names {names}; {hint}"
+        )
+
+
+def check_plain_name(value: str, key: str) -> None:
+    """A name that becomes one directory name: no path separators, not empty, not . or .."""
+    if not value.strip() or value in (".", "..") or "/" in value or "\\" in value:
+        raise ConfigError(
+            f"config key '{key}' must be a plain name (one directory name, no '/'), "
+            f"got {value!r}; use output.dir to choose where runs go"
+        )
+    if "\0" in value or len(value.encode("utf-8", "surrogatepass")) > 255:
+        raise ConfigError(
+            f"config key '{key}' must be a plain name of at most 255 bytes without NUL "
+            f"characters (a directory name), got {value[:40]!r}"
+            + ("..." if len(value) > 40 else "")
+        )
+
+
+@dataclass
+class OutputConfig:
+    dir: str = spec("runs", doc="where run directories are created")
+    name: str | None = spec(None, doc="run directory name; default <name>-<algorithm>-seed<seed>")
+    overwrite: bool = spec(False, doc="replace an existing finished run directory")
+
+    def check(self, prefix: str) -> None:
+        if self.name is not None:
+            check_plain_name(self.name, f"{prefix}.name")
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = spec(doc="experiment name (the run directory's first part)")
+    algorithm: str = spec("sheaf_frl", choices=ALGORITHMS, doc="the method to run")
+    graph: str | None = spec(None, doc="graph file (graphs/*.yaml); decentralized only")
+    agents: list[AgentConfig] = spec([], doc="one entry per graph node; decentralized only")
+    seed: int = spec(0, lo=0, doc="run seed: every random choice derives from it")
+    data: DataConfig = spec(DataConfig())
+    train: TrainConfig = spec(TrainConfig())
+    sheaf: SheafConfig = spec(SheafConfig())
+    baseline: BaselineConfig = spec(BaselineConfig())
+    federated: FederatedConfig = spec(FederatedConfig())
+    head: HeadConfig = spec(HeadConfig())
+    output: OutputConfig = spec(OutputConfig())
+    checkpoint: CheckpointConfig = spec(CheckpointConfig())
+
+    @property
+    def decentralized(self) -> bool:
+        return self.algorithm in DECENTRALIZED
+
+    @property
+    def hub_based(self) -> bool:
+        """Heterogeneous agents on a graph plus one server rank (FedProto, FedMuscle)."""
+        return self.algorithm in HUB_BASED
+
+    def check(self, prefix: str) -> None:
+        check_plain_name(self.name, "name")
+        run_name = self.run_name()
+        if self.output.name is None and len(run_name.encode("utf-8", "surrogatepass")) > 255:
+            raise ConfigError(
+                f"the run directory name <name>-<algorithm>-seed<seed> ({run_name[:40]!r}...) "
+                "is longer than 255 bytes; shorten config key 'name' or set output.name"
+            )
+        if self.decentralized or self.hub_based:
+            if self.graph is None:
+                raise ConfigError(f"algorithm {self.algorithm} needs config key 'graph'")
+            if not self.agents:
+                raise ConfigError(f"algorithm {self.algorithm} needs config key 'agents'")
+        if self.checkpoint.resume and self.output.overwrite:
+            raise ConfigError(
+                "config keys 'checkpoint.resume' and 'output.overwrite' exclude each other"
+            )
+        n_classes = N_CLASSES
+        for i, agent in enumerate(self.agents):
+            bad = [c for c in agent.classes if c >= n_classes]
+            if bad:
+                raise ConfigError(
+                    f"config key 'agents[{i}].classes' has class ids {bad} "
+                    f"outside 0..{n_classes - 1}"
+                )
+        self._check_method()
+
+    def _check_method(self) -> None:
+        """Setups a method cannot handle: one readable error before any rank starts."""
+        dims = sorted({a.dim for a in self.agents})
+        if len(dims) > 1 and self.algorithm in EQUAL_DIM_ONLY:
+            raise ConfigError(
+                f"algorithm {self.algorithm} needs every agent to have the same latent "
+                f"dimension d (last encoder width), but the agents have d = {dims}; use "
+                "sheaf_frl, noncoop, comfed or sheaf_fmtl for unequal dimensions"
+            )
+        if self.sheaf.window is not None and self.sheaf.variant != "standard":
+            raise ConfigError(
+                f"sheaf.window applies to sheaf.variant=standard only: the {self.sheaf.variant} "
+                "variant's messages are transported by maps that change at every refit, so "
+                "older batches cannot stay in a window; leave sheaf.window null"
+            )
+        if len(dims) > 1 and self.algorithm == "sheaf_frl" and self.sheaf.variant == "homogeneous":
+            raise ConfigError(
+                f"sheaf.variant=homogeneous (Algorithm 2) needs equal latent dimensions, but "
+                f"the agents have d = {dims}; use sheaf.variant=standard or strict"
+            )
+
+    def ignored_settings(self) -> list[str]:
+        """What this config sets (away from the defaults) that its algorithm never reads,
+        as ``keys (what such runs read instead)``: a warning, not an error, since one
+        file may serve several methods."""
+        hub = "decentralized and hub methods only"
+        if self.decentralized or self.hub_based:
+            unused = {"federated": "server-based methods only", "head": "head_fedavg only"}
+        else:
+            unused = {
+                "graph": hub,
+                "agents": hub,
+                "sheaf": hub,
+                "baseline": hub,
+                "train.epochs": "server-based runs count federated.rounds and "
+                "federated.local_epochs, for FedRep head_epochs and body_epochs",
+                "train.steps_per_epoch": "server-based runs train whole local epochs",
+                "train.eval_every": "server-based runs read federated.eval_every",
+            }
+            if self.algorithm != "head_fedavg":
+                unused["head"] = "head_fedavg only"
+            if self.algorithm == "local":
+                unused["federated.fraction"] = "Local trains every client in every round"
+        if self.decentralized or self.hub_based:  # (baseline.* may serve the file's other methods)
+            if self.sheaf.pilot_strategy not in ("prototype", "kmeans"):
+                unused["sheaf.prototype_members"] = "pilot_strategy prototype or kmeans only"
+        if self.train.optimizer == "adam":
+            unused["train.momentum"] = "Adam has no momentum term; sgd and nesterov read it"
+        mine = flat_keys(self.to_dict())
+        base = flat_keys(ExperimentConfig(name=self.name, algorithm=self.algorithm).to_dict())
+        changed = {k for k in mine.keys() | base.keys() if mine.get(k) != base.get(k)}
+        found: dict[str, list[str]] = {}
+        for key, why in unused.items():
+            if any(k == key or k.startswith((f"{key}.", f"{key}[")) for k in changed):
+                found.setdefault(why, []).append(key)
+        return [f"{', '.join(keys)} ({why})" for why, keys in found.items()]
+
+    def run_name(self) -> str:
+        """``output.name``, else ``<name>-<algorithm>-seed<seed>`` (methods never collide)."""
+        return self.output.name or f"{self.name}-{self.algorithm}-seed{self.seed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+
+_KEY_PART = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)")
+
+
+def parse_override(text: str) -> tuple[list[str | int], Any]:
+    """Split ``a.b=value`` into its key path and YAML-parsed value.
+
+    List entries are addressed by index: ``agents[1].lr=0.5`` gives the path
+    ``["agents", 1, "lr"]``.
+    """
+    if "=" not in text:
+        raise ConfigError(f"override '{text}' must look like key=value (e.g. train.epochs=3)")
+    key, _, raw = text.partition("=")
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override '{text}' has an empty key")
+    path: list[str | int] = []
+    for part in key.split("."):
+        match = _KEY_PART.fullmatch(part)
+        if match is None:
+            raise ConfigError(
+                f"override '{text}': '{part}' is not a key name (letters, digits, _ and "
+                "optional [index])"
+            )
+        path.append(match.group(1))
+        path.extend(int(i) for i in re.findall(r"\d+", match.group(2)))
+    try:
+        value = yamlio.load(raw) if raw.strip() else None
+    except (yaml.YAMLError, RecursionError, *yamlio.BAD_VALUE) as exc:
+        raise ConfigError(f"override '{text}': cannot parse value: {yamlio.problem(exc)}") from None
+    return path, value
+
+
+def _key_text(path: list[str | int]) -> str:
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+
+
+def section_keys() -> dict[str, list[str]]:
+    """Leaf key name -> the sections of ExperimentConfig that hold it (``rounds`` -> federated)."""
+    found: dict[str, list[str]] = {}
+    for f in dataclasses.fields(ExperimentConfig):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+        if dataclasses.is_dataclass(default):
+            for sub in dataclasses.fields(default):
+                found.setdefault(sub.name, []).append(f.name)
+    return found
+
+
+def expand_shorthand(path: list[str | int], text: str) -> list[str | int]:
+    """``rounds=3`` means ``federated.rounds=3`` when exactly one section has that key.
+
+    Only single-word overrides that are not top-level keys are expanded; a name held by
+    several sections is an error that lists the full keys to choose from.
+    """
+    top = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    if len(path) != 1 or not isinstance(path[0], str) or path[0] in top:
+        return path
+    sections = section_keys().get(path[0], [])
+    if len(sections) == 1:
+        return [sections[0], path[0]]
+    if len(sections) > 1:
+        choices = " or ".join(f"{s}.{path[0]}" for s in sections)
+        raise ConfigError(f"override '{text}' is ambiguous: use {choices}")
+    return path
+
+
+def override_key(text: str) -> str:
+    """The full dotted key an override sets (``rounds=3`` -> ``federated.rounds``)."""
+    path, _ = parse_override(text)
+    return _key_text(expand_shorthand(path, text))
+
+
+def override_leaves(text: str) -> list[str]:
+    """Every full dotted key an override sets: its key, or for a section or a list of
+    entries given whole, each key inside (``data={shift: 0.2}`` -> ``data.shift``)."""
+    path, value = parse_override(text)
+    key = _key_text(expand_shorthand(path, text))
+    if isinstance(value, dict | list):
+        return [k for k in flat_keys(value, key) if not k.endswith(".count")]
+    return [key]
+
+
+def _merged(old: Any, new: Any) -> Any:
+    """``new``, merged key by key into ``old`` where both are mappings."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return new
+    out = dict(old)
+    for key, value in new.items():
+        out[key] = _merged(out.get(key), value)
+    return out
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key=value`` overrides to a raw config mapping (in place) and return it.
+
+    A mapping given to a section merges into it (``train={epochs: 1, lr: 0.1}`` sets
+    two keys and keeps the others); any other value replaces what was there."""
+    for text in overrides:
+        path, value = parse_override(text)
+        path = expand_shorthand(path, text)
+        node: Any = raw
+        for i, part in enumerate(path):
+            last = i == len(path) - 1
+            if isinstance(part, int):
+                if not isinstance(node, list) or part >= len(node):
+                    size = f"has {len(node)} entries" if isinstance(node, list) else "is not a list"
+                    raise ConfigError(f"override '{text}': '{_key_text(path[:i])}' {size}")
+            elif not isinstance(node, dict):
+                raise ConfigError(f"override '{text}': '{_key_text(path[:i])}' is not a section")
+            if last:
+                here = node[part] if isinstance(part, int) or part in node else None
+                node[part] = _merged(here, value)
+            else:
+                if isinstance(part, str) and node.get(part) is None:
+                    node[part] = [] if isinstance(path[i + 1], int) else {}
+                node = node[part]
+    return raw
+
+
+def read_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
+    """Read a YAML mapping, turning I/O and syntax problems into ConfigError.
+
+    ``what`` names the file in messages (``study file``, ``config file``).
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{what} {p} is a directory, not a file")
+    if not p.is_file():
+        raise ConfigError(f"{what} {p} does not exist")
+    try:
+        raw = yamlio.load(p.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{what} {p} cannot be read: {exc}") from None
+    except (yaml.YAMLError, RecursionError, *yamlio.BAD_VALUE) as exc:
+        raise ConfigError(f"{what} {p} is not valid YAML: {yamlio.problem(exc)}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{what} {p} must hold a YAML mapping at top level")
+    return raw
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Load, override and validate an experiment config. An error about a key that an
+    override set names that override, not the file."""
+    overrides = overrides or []
+    raw = apply_overrides(read_yaml(path), overrides)
+    try:
+        return build(ExperimentConfig, raw)
+    except ConfigError as exc:
+        raise ConfigError(f"{error_source(str(exc), overrides, str(path))}: {exc}") from None
+
+
+def error_source(message: str, overrides: list[str], file: str) -> str:
+    """Where a config error ``message`` comes from: ``override 'k=v'`` for the last
+    override that set a key the message names (or an item of it: ``'k[1]'``), else
+    ``file``."""
+    return next(
+        (
+            f"override '{text}'"
+            for text in reversed(overrides)  # the last one to set a key is the one used
+            if any(
+                re.search(f"'{re.escape(leaf)}(\\[\\d+\\])*'", message)
+                for leaf in override_leaves(text)
+            )
+        ),
+        file,
+    )
+
+
+def flat_keys(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted leaves of a config tree (``agents[1].lr``; other lists are leaves)."""
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(flat_keys(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(tree, list) and tree and all(isinstance(v, dict) for v in tree):
+        out = {f"{prefix}.count": len(tree)}
+        for i, value in enumerate(tree):
+            out.update(flat_keys(value, f"{prefix}[{i}]"))
+        return out
+    return {prefix: tree}
+
+
+def dump_config(cfg: ExperimentConfig) -> str:
+    """The resolved config as YAML text (what goes into the run directory)."""
+    return yamlio.dump(cfg.to_dict(), sort_keys=False)

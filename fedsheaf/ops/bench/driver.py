@@ -1,0 +1,591 @@
+"""``fedsheaf bench``: run the benchmark launches, collect their results, write the summary.
+
+    fedsheaf bench                              # every case, small size (2 CPU cores, minutes)
+    fedsheaf bench overhead bytes               # some cases
+    fedsheaf bench --size full --device cuda    # the paper's sizes on one GPU
+    fedsheaf bench scaling --size full --device cpu --ranks 1,2,4,8,16
+    fedsheaf bench --render results/bench/small-cpu.json   # rebuild the Markdown
+
+Run it from the repository root (the launches name configs/ and graphs/ by relative
+path). Each launch is one ``mpiexec`` of :mod:`fedsheaf.ops.bench.worker`; its log goes
+to ``<out>/logs/<tag>/<label>.log``. The results land in ``<out>/<tag>.json`` and
+``<out>/<tag>.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fedsheaf.config.sections import load_config, require_plain_name
+from fedsheaf.ops.bench import report
+from fedsheaf.ops.bench.plan import (
+    CASE_NAMES,
+    DATASETS,
+    FEDREP_DATASET,
+    SIZES,
+    Launch,
+    parse_counts,
+    pilot_batch_methods,
+    plan,
+)
+from fedsheaf.ops.processes import raise_on_sigterm, run_job
+from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.hostinfo import (
+    failed_to_start,
+    find_mpiexec,
+    launcher_template,
+    launcher_words,
+    local_launcher,
+)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run the performance benchmarks: each case is timed in one or more mpiexec "
+        "launches of fedsheaf.ops.bench.worker, whose results are collected into "
+        "<out>/<tag>.json and a Markdown summary <out>/<tag>.md that checks the "
+        "performance targets. Run it from the repository root. --dry-run lists the "
+        "launches without running them; --render rebuilds the Markdown of a results file."
+    )
+    parser.add_argument(
+        "cases",
+        nargs="*",
+        metavar="CASE",
+        help=f"cases to run (default: all): {', '.join(CASE_NAMES)}",
+    )
+    parser.add_argument(
+        "--size", default="small", choices=SIZES, help="problem sizes (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--device", default="auto", choices=("auto", "cpu", "cuda"), help="(default: %(default)s)"
+    )
+    parser.add_argument("--ranks", help="weak-scaling rank counts, e.g. 1,2,4,8,16")
+    parser.add_argument(
+        "--workers",
+        help="FedRep worker ranks, e.g. 4,2,1 (dynamic placement; without this option "
+        "balanced and static placement on 4 workers run too, for comparison)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=_positive_int,
+        help="timed repeats per measurement (default: 5 at --size small, 7 at full)",
+    )
+    parser.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        help=f"28×28 image data set of the decentralized cases (default: {DATASETS[0]}, "
+        "or the bundled 8×8 digits where it is missing; a data set named here must exist; "
+        f"the FedRep case always uses {FEDREP_DATASET})",
+    )
+    parser.add_argument(
+        "--data-root", default="../shared/data", help="its torchvision root (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--out", default="results/bench", help="output folder (default: %(default)s)"
+    )
+    parser.add_argument("--tag", help="output name (default: <size>-<device>)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override for every launch, after the plan's own (repeatable), e.g. "
+        "sheaf.overlap_exchange=true; a method's own settings (overhead case) still win",
+    )
+    parser.add_argument(
+        "--pilot-batches",
+        metavar="KS",
+        help="overhead case: also time Sheaf-FRL with these pilot batches K per step, "
+        "e.g. 32,16,4 (methods sheaf_frl_K=<K>, rows 1-K=<K>), beside the config's K",
+    )
+    parser.add_argument(
+        "--launcher",
+        type=launcher_template,
+        help="launch template with {n}, e.g. 'srun -n {n}' (default: mpiexec beside this "
+        "Python, with --oversubscribe when ranks exceed physical cores)",
+    )
+    parser.add_argument(
+        "--timeout", type=_positive_seconds, help="seconds per launch (default: 900)"
+    )
+    parser.add_argument(
+        "--only",
+        metavar="LABELS",
+        help="run only these launches, e.g. table2,pair (labels as --dry-run lists them)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        metavar="SECONDS",
+        help="wall-clock budget for the whole suite: a launch still running when it is "
+        "spent is stopped, later ones are skipped, and what finished is written",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the launches (ranks, command line, config and overrides) without running them",
+    )
+    parser.add_argument("--render", metavar="JSON", help="rewrite the Markdown of a results file")
+
+
+def _device(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _has_images(dataset: str, root: str) -> bool:
+    from fedsheaf.data.sources import expected_files
+
+    return all(p.exists() for p in expected_files(dataset, root))
+
+
+def _launcher(
+    template: str | None, ranks: int, flags: list[str], shown: bool = False
+) -> tuple[list[str], dict[str, str]]:
+    if template is None:
+        cmd, env = local_launcher(ranks, missing_ok=shown)
+        cmd = [cmd[0], *flags, *cmd[1:]]
+    else:
+        cmd, env = launcher_words(template), dict(os.environ)
+    return [c.replace("{n}", str(ranks)) for c in cmd], env
+
+
+def select(launches: list[Launch], only: str | None) -> list[Launch]:
+    """The launches named in ``only`` (comma-separated labels), in plan order."""
+    if not only:
+        return launches
+    wanted = {w.strip() for w in only.split(",") if w.strip()}
+    unknown = sorted(wanted - {la.label for la in launches})
+    if unknown:
+        known = ", ".join(la.label for la in launches) or "none"
+        raise ConfigError(f"--only: no launch {unknown} for these cases and size; planned: {known}")
+    return [la for la in launches if la.label in wanted]
+
+
+def launch_argv(
+    launch: Launch, template: str | None, spec_path: Path, out_path: Path, shown: bool = False
+) -> tuple[list[str], dict[str, str]]:
+    """The command line of one launch and its environment (``shown``: only to print it)."""
+    cmd, env = _launcher(template, launch.ranks, launch.mpi_flags, shown)
+    env.update(launch.env)
+    worker = [sys.executable, "-m", "fedsheaf.ops.bench.worker", str(spec_path), str(out_path)]
+    return [*cmd, *worker], env
+
+
+def describe(launch: Launch, device: str, template: str | None) -> list[str]:
+    """What ``--dry-run`` prints for one launch: a heading, its command line, its spec."""
+    argv, _ = launch_argv(
+        launch,
+        template,
+        Path(f"{launch.label}.spec.json"),
+        Path(f"{launch.label}.out.json"),
+        shown=True,
+    )
+    env = "".join(f"{k}={shlex.quote(v)} " for k, v in launch.env.items())
+    spec = launch.worker_spec(device)
+    settings = [spec.get("config", "?"), *spec.get("overrides", [])]
+    settings += [
+        f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+        for k, v in spec.items()
+        if k not in ("label", "cases", "config", "overrides")
+    ]
+    return [
+        f"{launch.label} ({launch.ranks} rank{'s' if launch.ranks != 1 else ''}): "
+        + ", ".join(launch.cases),
+        f"    $ {env}{shlex.join(argv)}",
+        f"    spec: {' '.join(settings)}",
+    ]
+
+
+def run_launch(
+    launch: Launch, device: str, template: str | None, log: Path, tmp: Path
+) -> dict[str, Any]:
+    """Run one launch; its record (with the worker's JSON under ``output``, if any).
+
+    A launch that outlives ``launch.timeout`` is stopped (SIGTERM, and after 20 s SIGKILL
+    for every process left of it, ranks included) and recorded with return code 124.
+    """
+    spec_path, out_path = tmp / f"{launch.label}.spec.json", tmp / f"{launch.label}.out.json"
+    spec_path.write_text(json.dumps(launch.worker_spec(device)))
+    argv, env = launch_argv(launch, template, spec_path, out_path)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with open(log, "w") as fh:
+        fh.write("$ " + shlex.join(argv) + "\n")
+        fh.flush()
+        code = run_job(argv, fh, env, timeout=launch.timeout, grace=20)
+    record: dict[str, Any] = {
+        "label": launch.label,
+        "ranks": launch.ranks,
+        "cases": launch.cases,
+        "seconds": time.perf_counter() - start,
+        "returncode": code,
+        "log": str(log),
+    }
+    if code == 0 and out_path.exists():
+        record["output"] = json.loads(out_path.read_text())
+    return record
+
+
+def launch_failed_to_start(log: Path, label: str) -> bool:
+    """Whether mpiexec failed to start the launch ``label`` (see :func:`failed_to_start`)
+    before its worker printed its first line."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return False
+    return failed_to_start(text, started=f"fedsheaf bench: {label}: ")
+
+
+def run_launch_retrying(
+    launch: Launch,
+    device: str,
+    template: str | None,
+    log: Path,
+    tmp: Path,
+    deadline: float | None,
+) -> dict[str, Any]:
+    """:func:`run_launch`, started once more if mpiexec failed to start it (see
+    :data:`fedsheaf.util.hostinfo.START_FAILURES`) and ``deadline`` (``time.perf_counter()``)
+    leaves time."""
+    failed = log.with_name(f"{launch.label}.failed-start.log")
+    failed.unlink(missing_ok=True)  # from an earlier run with this tag
+    rec = run_launch(launch, device, template, log, tmp)
+    time_left = deadline is None or deadline - time.perf_counter() >= 1.0
+    if (
+        rec["returncode"] in (0, 124)
+        or not time_left
+        or not launch_failed_to_start(log, launch.label)
+    ):
+        return rec
+    log.replace(failed)
+    print(
+        f"fedsheaf bench:   exit {rec['returncode']}: mpiexec failed to start the job "
+        f"(see {failed}); retrying once",
+        flush=True,
+    )
+    if deadline is not None:
+        launch.timeout = min(launch.timeout, deadline - time.perf_counter())
+    again = run_launch(launch, device, template, log, tmp)
+    again["retried_after"] = {"returncode": rec["returncode"], "log": str(failed)}
+    again["seconds"] += rec["seconds"]
+    return again
+
+
+def source_commit(checkout: Path) -> str | None:
+    """The git commit of the fedsheaf checkout ``checkout`` (``+changes`` where its
+    tracked files differ from it), so that numbers can be traced to the code that made
+    them; None outside a git checkout (an installed copy) or without git."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=30
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD")
+    if not head or git("rev-parse", "--show-toplevel") != str(checkout):
+        return None
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return head + ("+changes" if changed else "")
+
+
+def skipped(launch: Launch, why: str) -> dict[str, Any]:
+    """The record of a launch that did not run."""
+    return {
+        "label": launch.label,
+        "ranks": launch.ranks,
+        "cases": launch.cases,
+        "seconds": 0.0,
+        "returncode": None,
+        "skipped": why,
+    }
+
+
+def collect(records: list[dict[str, Any]]) -> tuple[dict[str, list], list[dict[str, Any]]]:
+    """Results by case, and the launch records without the bulky worker output."""
+    results: dict[str, list] = {}
+    launches = []
+    for rec in records:
+        out = rec.pop("output", None)
+        if out is not None:
+            rec["environment"] = out.get("environment")
+            rec["memory"] = out.get("memory")
+            for case, result in out.get("results", {}).items():
+                if result is not None:
+                    results.setdefault(case, []).append(result)
+        launches.append(rec)
+    return results, launches
+
+
+def _results_problem(doc: Any) -> str | None:
+    """What keeps ``doc`` from being a results document :mod:`report` can render; None
+    when nothing does."""
+    if not isinstance(doc, dict):
+        return f"it holds a JSON {type(doc).__name__}, not an object"
+    missing = [key for key in ("meta", "launches", "results") if key not in doc]
+    if missing:
+        return f"it lacks {' and '.join(missing)}"
+    if not isinstance(doc["meta"], dict):
+        return "its meta is not an object"
+    launches = doc["launches"]
+    if not (isinstance(launches, list) and all(isinstance(la, dict) for la in launches)):
+        return "its launches are not a list of objects"
+    results = doc["results"]
+    if not isinstance(results, dict):
+        return "its results are not an object of case: list of results"
+    bad = [case for case, found in results.items() if not isinstance(found, list)]
+    if bad:
+        return f"its {bad[0]} results are not a list"
+    # the report reads many fields of each result: render each part alone to name the bad one
+    parts = {"meta or launches": {}}
+    parts.update({f"{case} results": {case: found} for case, found in results.items()})
+    for part, trial in parts.items():
+        try:
+            report.render_markdown(dict(doc, results=trial))
+        except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
+            what = f"lack key {exc}" if isinstance(exc, KeyError) else f"are malformed ({exc})"
+            return f"its {part} {what}"
+    return None
+
+
+def read_results(path: str | Path) -> dict[str, Any]:
+    """A results file written by ``fedsheaf bench`` (for ``--render``)."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"--render: results file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--render: cannot read results file {path}: {exc}") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ConfigError(f"--render: {path} is not valid JSON: {exc}") from None
+    problem = _results_problem(doc)
+    if problem is not None:
+        raise ConfigError(
+            f"--render: {path} is not a fedsheaf bench results file: {problem} (expected a "
+            "JSON object with meta, launches and results, as fedsheaf bench writes)"
+        )
+    return doc
+
+
+def data_notes(cases: list[str], dataset: str, root: str) -> tuple[list[str], bool, bool]:
+    """Notes on missing image data for ``cases``; whether the data set and FashionMNIST exist."""
+    images = _has_images(dataset, root)
+    fedrep = images if dataset == FEDREP_DATASET else _has_images(FEDREP_DATASET, root)
+    notes = []
+    if not images and set(cases) - {"clients"}:
+        notes.append(
+            f"{dataset} not found under {root}: the decentralized cases run on the bundled "
+            "digits (8×8) instead"
+        )
+    if not fedrep and "clients" in cases:
+        notes.append(
+            f"case clients skipped: the FedRep case needs {FEDREP_DATASET}, not found under "
+            f"{root} (give its torchvision root with --data-root)"
+        )
+    return notes, images, fedrep
+
+
+def add_pilot_batches(launches: list[Launch], ks: list[int]) -> list[str]:
+    """Give every overhead launch a Sheaf-FRL method per pilot batch in ``ks`` that it
+    does not time already (its config's K, the K of a method it has, e.g. K/8); a note
+    for each launch that already times some of them."""
+    timed = [la for la in launches if "overhead" in la.cases]
+    if not timed:
+        raise ConfigError("--pilot-batches needs the overhead case (none of the chosen launches)")
+    notes = []
+    for la in timed:
+        spec = la.spec
+        methods = [[], *spec.get("extra_methods", {}).values()]
+        have = {
+            load_config(spec["config"], [*spec.get("overrides", []), *m]).sheaf.pilot_batch
+            for m in methods
+        }
+        new = [k for k in ks if k not in have]
+        if len(new) < len(ks):
+            already = ", ".join(str(k) for k in ks if k in have)
+            notes.append(f"--pilot-batches: {la.label} times K = {already} already")
+        spec["extra_methods"] = {**spec.get("extra_methods", {}), **pilot_batch_methods(new)}
+    return notes
+
+
+def default_tag(args: argparse.Namespace, device: str, launches: list[Launch]) -> str:
+    """``<size>-<device>`` for the whole suite as planned; a run of part of it, or with
+    settings changed (``--set``, ``--pilot-batches``), gets what it ran after that
+    (``small-cpu-overhead+bytes``, ``small-cpu-table2``, ``small-cpu-set``), so that it
+    does not replace the whole suite's results."""
+    tag = f"{args.size}-{device}"
+    if args.only:
+        tag += "-" + "+".join(la.label for la in launches)
+    elif args.cases and set(CASE_NAMES) - set(args.cases):
+        tag += "-" + "+".join(dict.fromkeys(args.cases))
+    if args.set or args.pilot_batches is not None:
+        tag += "-set"
+    return tag if len(tag) <= 200 else f"{args.size}-{device}-part"
+
+
+def _check_tag(tag: str) -> None:
+    where = "<out>/<tag>.json, <out>/<tag>.md and <out>/logs/<tag>/"
+    require_plain_name(tag, "--tag", where, "use --out to choose the folder", suffix=".json")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.tag is not None:
+        _check_tag(args.tag)
+    if args.render:
+        path = Path(args.render)
+        _, md = report.write(path.parent, path.stem, read_results(path))
+        print(f"fedsheaf bench: wrote {md}")
+        return 0
+    if not Path("configs").is_dir():
+        raise ConfigError("run fedsheaf bench from the repository root (no configs/ here)")
+    if args.budget is not None and args.budget <= 0:
+        raise ConfigError(f"--budget must be a positive number of seconds, got {args.budget}")
+    cases = args.cases or list(CASE_NAMES)
+    device = _device(args.device)
+    dataset = args.dataset or DATASETS[0]
+    notes, images, fedrep = data_notes(cases, dataset, args.data_root)
+    if args.dataset and not images and set(cases) - {"clients"}:
+        from fedsheaf.data.sources import expected_files
+
+        missing = next(p for p in expected_files(dataset, args.data_root) if not p.exists())
+        raise ConfigError(
+            f"--dataset {dataset}: not found under {args.data_root} (no {missing}); give its "
+            "torchvision root with --data-root (without --dataset the decentralized cases "
+            "fall back to the bundled digits)"
+        )
+    launches = plan(
+        args.size,
+        cases,
+        dataset=dataset,
+        data_root=args.data_root,
+        scaling_ranks=parse_counts(args.ranks, "--ranks") if args.ranks else None,
+        workers=parse_counts(args.workers, "--workers") if args.workers else None,
+        repeats=args.repeats,
+        image_data=images,
+        fedrep_data=fedrep,
+    )
+    launches = select(launches, args.only)
+    for la in launches:
+        la.spec["overrides"] = [*la.spec.get("overrides", []), *args.set]
+        if args.set:  # a bad key is one message here, not a failed launch
+            try:
+                load_config(la.spec["config"], la.spec["overrides"])
+            except ConfigError as exc:
+                raise ConfigError(f"--set, launch {la.label}: {exc}") from None
+    if args.pilot_batches is not None:
+        notes += add_pilot_batches(launches, parse_counts(args.pilot_batches, "--pilot-batches"))
+    tag = args.tag or default_tag(args, device, launches)
+    out = Path(args.out)
+    for note in notes:
+        print(f"fedsheaf bench: note: {note}", flush=True)
+    if args.dry_run:
+        if args.launcher is None and find_mpiexec() is None:
+            print(
+                "fedsheaf bench: note: no mpiexec found here (run run/install.sh, load your "
+                "site MPI module, or give --launcher); shown as plain mpiexec",
+                flush=True,
+            )
+        for la in launches:
+            print("\n".join(describe(la, device, args.launcher)))
+        if launches:
+            print(f"fedsheaf bench: results would go to {out / tag}.json and .md")
+        return 0
+    if not launches:
+        raise ConfigError(f"nothing to run: {'; '.join(notes)}")
+    print(f"fedsheaf bench: results go to {out / tag}.json and .md", flush=True)
+    started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    commit = source_commit(Path(__file__).resolve().parents[2])
+    load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    t0 = time.perf_counter()
+    records = []
+    deadline = None if args.budget is None else t0 + args.budget
+    raise_on_sigterm()  # so that the launch in progress is stopped with the bench
+    with tempfile.TemporaryDirectory(prefix="fedsheaf-bench-") as tmp:
+        for la in launches:
+            if args.timeout is not None:
+                la.timeout = args.timeout
+            if deadline is not None:
+                left = deadline - time.perf_counter()
+                if left < 1.0:
+                    print(f"fedsheaf bench: {la.label}: skipped, --budget spent", flush=True)
+                    records.append(skipped(la, "--budget spent"))
+                    continue
+                la.timeout = min(la.timeout, left)
+            print(
+                f"fedsheaf bench: {la.label} ({la.ranks} ranks): {', '.join(la.cases)}", flush=True
+            )
+            log = out / "logs" / tag / f"{la.label}.log"
+            rec = run_launch_retrying(la, device, args.launcher, log, Path(tmp), deadline)
+            code = rec["returncode"]
+            status = "ok" if code == 0 else f"exit {code}, see {rec['log']}"
+            if code == 124:
+                status = f"stopped after {la.timeout:.0f} s (timeout), see {rec['log']}"
+            print(f"fedsheaf bench:   {rec['seconds']:.0f} s, {status}", flush=True)
+            records.append(rec)
+    results, launch_records = collect(records)
+    cut = [r["label"] for r in launch_records if r.get("skipped") or r["returncode"] == 124]
+    if cut:
+        notes.append(f"stopped or skipped for time (--timeout/--budget): {', '.join(cut)}")
+    doc = {
+        "meta": {
+            "tag": tag,
+            "size": args.size,
+            "device": device,
+            "host": platform.node(),
+            "cores": os.cpu_count(),
+            "started": started,
+            "commit": commit,
+            "seconds": time.perf_counter() - t0,
+            "load_average_start": load_start,
+            "load_average_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            "command": shlex.join(["fedsheaf", "bench", *sys.argv[2:]]),
+            "notes": notes,
+        },
+        "launches": launch_records,
+        "results": results,
+    }
+    json_path, md_path = report.write(out, tag, doc)
+    for row in report.evaluate(doc):
+        print(
+            f"  [{row['id']:>8}] {row['where']:<28} {report.fmt(row['value']):>8}  {row['status']}"
+        )
+    print(f"fedsheaf bench: wrote {json_path} and {md_path}")
+    return 0 if all(r["returncode"] == 0 for r in launch_records) else 1

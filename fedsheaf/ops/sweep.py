@@ -1,0 +1,310 @@
+"""``fedsheaf sweep``: expand a study (:mod:`fedsheaf.ops.study`) into runs, then run them
+locally or list them.
+
+``--local`` runs them one after another (skipping finished ones and resuming
+interrupted ones from their checkpoints), ``--emit`` writes them one per line for a SLURM
+job array, and without either the plan is printed and nothing is written. Either way
+``study.json`` in the sweep directory records every run for ``fedsheaf report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from fedsheaf.ops.processes import Terminated, raise_on_sigterm, run_job
+from fedsheaf.ops.study import (
+    Run,
+    Study,
+    expand,
+    write_manifest,
+    write_presets,
+)
+from fedsheaf.rundir.files import atomic_write_json, atomic_write_text
+from fedsheaf.util.errors import ConfigError, DataError, refuse_blocked_path
+from fedsheaf.util.hostinfo import (
+    failed_to_start,
+    launcher_template,
+    launcher_words,
+    local_launcher,
+)
+from fedsheaf.util.units import count
+
+
+def restart_overrides(run: Run, force: bool) -> list[str] | None:
+    """How to (re)start ``run`` locally: None to skip it (finished), else extra overrides.
+
+    A finished run is skipped unless ``force`` (then it starts over); an interrupted
+    run continues from its newest checkpoint (from the start if it has none).
+    """
+    path = Path(run.dir)
+    if force:
+        return ["output.overwrite=true"]
+    if (path / "summary.json").exists():
+        return None
+    if not path.exists():
+        return []
+    return ["checkpoint.resume=true"]
+
+
+def after_interrupt(run: Run) -> str:
+    """What running the sweep again does with ``run``, stopped by a signal to the sweep
+    (which may come before its job wrote anything or after its summary)."""
+    extra = restart_overrides(run, force=False)
+    if extra is None:
+        return "it had finished; run the sweep again for the runs after it"
+    if not extra:
+        return "it had not started; run the sweep again to start it"
+    return (
+        "run the sweep again to continue (this run resumes from its last checkpoint, "
+        "or starts over if it wrote none)"
+    )
+
+
+def check_data_files(study: Study) -> None:
+    """Refuse a study whose runs would each fail on data files missing here (one message,
+    no run started, instead of one failed launch per run)."""
+    from fedsheaf.data.sources import require_files  # torch: only for --local
+
+    for dataset, root, split in sorted(study.data):
+        try:
+            require_files(dataset, root, split)
+        except DataError as exc:
+            raise DataError(f"study {study.name}: {exc}; no run was started") from None
+
+
+def error_line(log: Path) -> str | None:
+    """The first ``fedsheaf: error`` line a run's log holds (what refused or ended it)."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    return next((ln.strip() for ln in text.splitlines() if "fedsheaf: error" in ln), None)
+
+
+def run_local(study: Study, force: bool = False) -> int:
+    """Run every unfinished run in sequence; return the number of failures.
+
+    A run that fails has its error line printed; when two runs in a row are refused
+    with the same error (exit 2: a cause common to the study, such as a missing data
+    root), the sweep stops there instead of launching every run to the same end.
+    """
+    check_data_files(study)
+    fedsheaf = [sys.executable, "-m", "fedsheaf"]
+    logs = study.output / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    failed, timings = [], {}
+    last_refusal: str | None = None
+    start_all = time.perf_counter()
+    for k, run in enumerate(study.runs, 1):
+        label = f"[{k}/{len(study.runs)}] {run.name}"
+        extra = restart_overrides(run, force)
+        if extra is None:
+            print(f"{label}: finished earlier, skipped", flush=True)
+            continue
+        launcher, env = local_launcher(run.ranks)
+        argv = run.argv(launcher, fedsheaf) + extra
+        print(f"{label}: {count(run.ranks, 'rank')} ...", flush=True)
+        start = time.perf_counter()
+        try:
+            code = launch_retrying(argv, env, logs, run.name, label)
+        except (KeyboardInterrupt, Terminated) as exc:
+            why = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)
+            print(f"{label}: stopped by {why}, its job with it; {after_interrupt(run)}", flush=True)
+            raise
+        seconds = time.perf_counter() - start
+        timings[run.name] = round(seconds, 1)
+        if code == 0:
+            last_refusal = None
+            print(f"{label}: done in {seconds:.0f} s", flush=True)
+            continue
+        failed.append(run.name)
+        print(f"{label}: FAILED (exit {code}); see {logs / (run.name + '.log')}", flush=True)
+        why = error_line(logs / f"{run.name}.log")
+        if why is not None:
+            print(f"{label}:   {why}", flush=True)
+        if code == 2 and why is not None and why == last_refusal:
+            print(
+                f"sweep {study.name}: stopped: two runs in a row were refused with the same "
+                "error; fix it and run the sweep again (finished runs are skipped)",
+                flush=True,
+            )
+            break
+        last_refusal = why if code == 2 else None
+    total = time.perf_counter() - start_all
+    record_timings(study.output / "timings.json", timings, total)
+    print(
+        f"sweep {study.name}: {count(len(timings), 'run')} in {total / 60:.1f} min, "
+        f"{len(failed)} failed"
+    )
+    return len(failed)
+
+
+def launch_retrying(argv: list[str], env: dict[str, str], logs: Path, name: str, label: str) -> int:
+    """Run ``argv`` logged in ``logs/NAME.log``, once more if mpiexec failed to start it
+    (the failed start's log kept as ``NAME.failed-start.log``); its exit status. The log
+    of an earlier invocation's launch (a run that failed, to be run again) is kept as
+    ``NAME.previous.log``."""
+    log, failed_log = logs / f"{name}.log", logs / f"{name}.failed-start.log"
+    failed_log.unlink(missing_ok=True)  # from an earlier invocation
+    if log.is_file():
+        log.replace(logs / f"{name}.previous.log")
+    code = launch_logged(argv, env, log)
+    if code != 0 and failed_to_start(log.read_text(errors="replace"), started="fedsheaf: "):
+        log.replace(failed_log)
+        print(
+            f"{label}: mpiexec failed to start the job (exit {code}, see {failed_log}); "
+            "retrying once",
+            flush=True,
+        )
+        code = launch_logged(argv, env, log)
+    return code
+
+
+def launch_logged(argv: list[str], env: dict[str, str], log: Path) -> int:
+    """Run ``argv`` with its output (after the command line itself) in ``log``."""
+    with open(log, "w") as out:
+        out.write(shlex.join(argv) + "\n")
+        out.flush()
+        return run_job(argv, out, env)
+
+
+def record_timings(path: Path, timings: dict[str, float], seconds: float) -> None:
+    """Merge this invocation's run times (s) into ``path``; later times of a run win.
+
+    ``--local`` skips finished runs, so a study finished in several invocations keeps
+    every run's time; ``total_seconds`` is their sum, ``last_invocation_seconds`` the
+    wall time of this one.
+    """
+    runs: dict[str, float] = {}
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+            runs = {str(k): float(v) for k, v in (old.get("runs") or {}).items()}
+        except (ValueError, TypeError, AttributeError):
+            print(f"sweep: {path} is not a timings file; starting it afresh", flush=True)
+    runs.update(timings)
+    atomic_write_json(
+        path,
+        {
+            "total_seconds": round(sum(runs.values()), 1),
+            "last_invocation_seconds": round(seconds, 1),
+            "runs": runs,
+        },
+    )
+
+
+DEFAULT_LAUNCHER = "mpiexec -n {n}"
+
+
+def emit(study: Study, path: Path, launcher: str = DEFAULT_LAUNCHER) -> Path:
+    """Write one command line per run (line k = SLURM array task k).
+
+    Every line resumes its run (``checkpoint.resume=true``): run again (a requeued or
+    resubmitted task) it continues an interrupted run, leaves a finished one alone
+    (exit 0), and starts a run that has no checkpoint yet.
+    """
+    try:
+        prefix = launcher_words(launcher)
+    except ValueError as exc:
+        raise ConfigError(f"--launcher: {exc}") from None
+    check_emit_target(path)
+    lines = [
+        shlex.join([*r.argv(prefix, ["fedsheaf"]), "checkpoint.resume=true"]) for r in study.runs
+    ]
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
+
+
+def check_emit_target(path: Path) -> None:
+    """Refuse to write the command list over a file that is not one (a config, the study
+    file, notes): only an earlier ``--emit`` output is replaced."""
+    refuse_blocked_path(path, "--emit")
+    if not path.exists():
+        return
+    if path.is_dir():
+        raise ConfigError(f"--emit {path}: it is a directory; name a file")
+    try:
+        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except (OSError, UnicodeDecodeError):
+        lines = ["?"]
+    if all(" fedsheaf run " in ln and ln.endswith(" checkpoint.resume=true") for ln in lines):
+        return
+    raise ConfigError(
+        f"--emit {path}: the file exists and is not a command list written by --emit; "
+        "choose another file (or remove it first)"
+    )
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Expand a study (method × axis value × λ grid × seed) into runs. Without --local "
+        "or --emit the plan is printed and nothing is written."
+    )
+    parser.add_argument("study", help="study file (configs/*_sweep.yaml)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--local", action="store_true", help="run every run here, in sequence")
+    mode.add_argument(
+        "--emit",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="write one command per run (default <sweep dir>/commands.txt), e.g. for "
+        "slurm/sweep_array.sbatch; the manifest study.json and any preset configs go to the "
+        "sweep directory (the study's 'output', or --out DIR)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra config override for every run (repeatable)",
+    )
+    parser.add_argument(
+        "--launcher",
+        type=launcher_template,
+        help="launcher prefix for --emit; {n} is the rank count (e.g. 'srun -n {n}'; "
+        f"default: '{DEFAULT_LAUNCHER}')",
+    )
+    parser.add_argument("--force", action="store_true", help="--local: rerun finished runs too")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="the sweep directory (runs, logs, study.json), instead of the study's 'output'",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.force and not args.local:
+        raise ConfigError("option --force applies only to --local (it reruns finished runs)")
+    if args.launcher is not None and args.emit is None:
+        raise ConfigError(
+            "option --launcher applies only to --emit (--local uses this machine's mpiexec)"
+        )
+    dry = not args.local and args.emit is None
+    study = expand(args.study, args.set, write=False, output=args.out)
+    if dry:
+        for r in study.runs:
+            print(shlex.join(r.argv(["mpiexec", "-n", str(r.ranks)], ["fedsheaf"])))
+        them = "it" if len(study.runs) == 1 else "them"
+        print(
+            f"# {count(len(study.runs), 'run')}; add --local to run {them} here or --emit to "
+            f"write {them} to a command file"
+        )
+        return 0
+    target = None
+    if args.emit is not None:  # refused before anything is written
+        target = Path(args.emit) if args.emit else study.output / "commands.txt"
+        check_emit_target(target)
+    write_presets(study)
+    manifest = write_manifest(study)
+    if target is not None:
+        path = emit(study, target, args.launcher or DEFAULT_LAUNCHER)
+        print(f"wrote {count(len(study.runs), 'command')} to {path} (manifest {manifest})")
+        return 0
+    raise_on_sigterm()  # so that the run in progress is stopped with the sweep
+    return 1 if run_local(study, force=args.force) else 0

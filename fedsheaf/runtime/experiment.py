@@ -1,0 +1,184 @@
+"""Build one agent of a decentralized run from its config (no MPI here).
+
+Every rank calls these with its own rank id; the partition is a deterministic
+function of the seed, so each rank derives its own shard without any data
+travelling over MPI.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from fedsheaf.algorithms.base import AgentData
+from fedsheaf.config.sections import ExperimentConfig
+from fedsheaf.data.partition import Partition, label_shift_partition
+from fedsheaf.data.sources import Dataset, load_dataset
+from fedsheaf.graphs import Graph, load_graph, validate_for_world
+from fedsheaf.models.encoders import AgentModel, build_agent_model
+from fedsheaf.util.errors import ConfigError, GraphError
+from fedsheaf.util.hostinfo import singleton_hint
+from fedsheaf.util.seeding import derive_seed
+from fedsheaf.util.units import count
+
+
+def build_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:
+    """Load the graph file and check it against the config and the rank count."""
+    graph = load_graph(cfg.graph)
+    try:
+        validate_for_world(graph, n_ranks)
+    except GraphError as exc:
+        raise GraphError(f"{exc}{singleton_hint(n_ranks)}") from None
+    if len(cfg.agents) != graph.n:
+        raise ConfigError(
+            f"config lists {len(cfg.agents)} agents but graph {cfg.graph} has {graph.n} nodes"
+        )
+    for i, agent in enumerate(cfg.agents):
+        if agent.dim != graph.dims[i]:
+            raise ConfigError(
+                f"agents[{i}] has latent dimension {agent.dim} (last encoder width)"
+                f" but graph {cfg.graph} gives node {i} dim {graph.dims[i]}"
+            )
+    return graph
+
+
+def graph_class_warning(cfg: ExperimentConfig, graph: Graph) -> str | None:
+    """A warning when the graph file's per-node classes (metadata, from which class-overlap
+    graphs draw their edges) are not the agents' classes: a graph built for other agents."""
+    if graph.classes is None:
+        return None
+    differ = [
+        i for i, a in enumerate(cfg.agents) if tuple(sorted(set(a.classes))) != graph.classes[i]
+    ]
+    if not differ:
+        return None
+    i = differ[0]
+    more = f" (and {count(len(differ) - 1, 'other node')})" if len(differ) > 1 else ""
+    return (
+        f"fedsheaf: warning: graph {cfg.graph} gives node {i} classes {list(graph.classes[i])} "
+        f"but agents[{i}].classes is {sorted(set(cfg.agents[i].classes))}{more}: the graph "
+        "was built for other class sets, and its edges may not follow the agents' data"
+    )
+
+
+def fetch_data(cfg: ExperimentConfig) -> None:
+    """Fetch the data set's missing files (torchvision fetches every split at once). With
+    ``data.download``, one rank calls this before the others read the data root, so
+    that a job's ranks do not all download into the same directory at once."""
+    load_dataset(cfg.data.dataset, cfg.data.root, "train", True, cfg.data.limit)
+
+
+def load_and_partition(cfg: ExperimentConfig) -> tuple[Dataset, Partition]:
+    """The global data set T and its label-shift partition (identical on every rank)."""
+    dc = cfg.data
+    ds = load_dataset(dc.dataset, dc.root, dc.split, dc.download, dc.limit)
+    part = label_shift_partition(
+        ds.y.numpy(),
+        [a.classes for a in cfg.agents],
+        dc.shift,
+        derive_seed(cfg.seed, "partition"),
+        dc.pilot_fraction,
+        n_classes=ds.n_classes,
+    )
+    if part.pilots.size == 0:  # every method maps latents through the pilots
+        raise ConfigError(
+            f"the shared pilot set is empty: data.pilot_fraction={dc.pilot_fraction} of the "
+            "samples of the classes every agent observes rounds to 0 (the data set has "
+            f"{len(ds.y)} samples); raise data.pilot_fraction or data.limit"
+        )
+    check_shards(part)
+    return ds, part
+
+
+def steps_per_epoch(cfg: ExperimentConfig, part: Partition) -> int:
+    """Common step count: the largest shard's batches (smaller shards wrap around)."""
+    if cfg.train.steps_per_epoch is not None:
+        return cfg.train.steps_per_epoch
+    return max(math.ceil(len(a.train) / cfg.train.batch_size) for a in part.agents)
+
+
+def batch_warning(cfg: ExperimentConfig, part: Partition) -> str | None:
+    """A warning when ``train.batch_size`` exceeds an agent's training shard: its batches
+    then hold samples more than once (shards wrap around to fill a batch)."""
+    small = {
+        i: len(a.train) for i, a in enumerate(part.agents) if len(a.train) < cfg.train.batch_size
+    }
+    if not small:
+        return None
+    shown = ", ".join(f"agent {i}: {n}" for i, n in list(small.items())[:4])
+    more = f" and {len(small) - 4} more" if len(small) > 4 else ""
+    return (
+        f"fedsheaf: warning: train.batch_size={cfg.train.batch_size} exceeds the training "
+        f"samples of {count(len(small), 'agent')} ({shown}{more}): their batches repeat "
+        "samples"
+    )
+
+
+#: Algorithms that draw ``sheaf.pilot_batch`` pilots per step.
+PILOT_BATCH_READERS = ("sheaf_frl", "fedmuscle")
+
+
+def pilot_warning(cfg: ExperimentConfig, part: Partition) -> str | None:
+    """A warning when ``sheaf.pilot_batch`` exceeds the shared pilot set: every step then
+    uses the whole set."""
+    n = len(part.pilots)
+    prototypes = cfg.algorithm == "sheaf_frl" and cfg.sheaf.pilot_strategy == "prototype"
+    if cfg.algorithm not in PILOT_BATCH_READERS or prototypes or cfg.sheaf.pilot_batch <= n:
+        return None
+    return (
+        f"fedsheaf: warning: sheaf.pilot_batch={cfg.sheaf.pilot_batch} exceeds the {n} shared "
+        f"pilots: every step uses all {n}"
+    )
+
+
+def data_warnings(cfg: ExperimentConfig, part: Partition, graph: Graph) -> list[str]:
+    """What a job of this config says before training about its data and graph."""
+    found = (batch_warning(cfg, part), pilot_warning(cfg, part), graph_class_warning(cfg, graph))
+    return [w for w in found if w is not None]
+
+
+def check_shards(part: Partition) -> None:
+    """Every agent's train, val and test sets are non-empty; one message names every
+    agent that lacks one (the same on every rank, so a job prints it once; checked by
+    :func:`load_and_partition`)."""
+    empty = [
+        f"agent {i} ({', '.join(s for s in ('train', 'val', 'test') if not len(getattr(a, s)))})"
+        for i, a in enumerate(part.agents)
+        if not (len(a.train) and len(a.val) and len(a.test))
+    ]
+    if empty:
+        raise ConfigError(
+            f"empty private sets: {'; '.join(empty)}; use more data (raise or remove "
+            "data.limit) or fewer agents"
+        )
+
+
+def agent_data(ds: Dataset, part: Partition, agent: int, device: torch.device) -> AgentData:
+    shard = part.agents[agent]
+
+    def take(idx: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        i = torch.as_tensor(idx, dtype=torch.long)
+        return ds.take(i).to(device), ds.y[i].to(device)
+
+    (xtr, ytr), (xva, yva), (xte, yte) = (take(shard.train), take(shard.val), take(shard.test))
+    x_pilot, y_pilot = take(part.pilots)
+    return AgentData(xtr, ytr, xva, yva, xte, yte, x_pilot, ds.n_classes, y_pilot)
+
+
+def agent_model(cfg: ExperimentConfig, ds: Dataset, agent: int, device: torch.device) -> AgentModel:
+    """The agent's model, initialised from (seed, agent id), dropout on its own generator."""
+    spec = cfg.agents[agent]
+    model = build_agent_model(
+        ds.shape[1],
+        spec.encoder,
+        spec.head,
+        spec.dropout,
+        ds.n_classes,
+        cfg.sheaf.whitening,
+        seed=derive_seed(cfg.seed, "model", agent),
+    ).to(device)
+    gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "dropout", agent))
+    model.set_dropout_generator(gen)
+    return model

@@ -1,0 +1,99 @@
+"""Peak memory of the ranks of a job: what to ask a scheduler for (``--mem-per-cpu``).
+
+Each rank reads its own peak resident set (``getrusage``: the most RAM the process held
+at any moment of its life, torch's libraries included: what a scheduler's per-task RSS
+accounting sees), the part of its resident set that is mapped files at the end (on
+Linux: ``RssFile`` — torch's and the other libraries' code, which the ranks of a node
+share in the page cache, so a node holds it once) and, on a GPU, the most memory torch's
+allocator handed out (``torch.cuda.max_memory_allocated``; the CUDA context and the
+allocator's cache come on top). A run's summary and a benchmark launch record them per
+rank, with the largest and the sum (:func:`per_rank`).
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedsheaf.util.units import human_bytes
+
+STATUS = Path("/proc/self/status")
+
+
+def peak_rss_bytes() -> int:
+    """The peak resident set size of this process so far, in bytes."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # Linux: kB
+
+
+def file_rss_bytes() -> int | None:
+    """The resident pages of this process that are mapped files (shared libraries), in
+    bytes, now; None where the kernel does not say (not Linux)."""
+    try:
+        lines = STATUS.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("RssFile:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def peak_memory(device: torch.device) -> dict[str, int]:
+    """This rank's memory so far: ``{"rss": peak, "file": mapped files now}`` (``file``
+    on Linux only), plus ``"cuda"`` (peak allocated) on a GPU."""
+    out = {"rss": peak_rss_bytes()}
+    files = file_rss_bytes()
+    if files is not None:
+        out["file"] = files
+    if device.type == "cuda":
+        out["cuda"] = int(torch.cuda.max_memory_allocated(device))
+    return out
+
+
+KEYS = {"rss": "peak_rss_bytes", "file": "file_rss_bytes", "cuda": "peak_cuda_bytes"}
+
+
+def per_rank(peaks: list[dict[str, int]]) -> dict[str, Any]:
+    """The record of a job's :func:`peak_memory` values, one per rank (in rank order).
+
+    ``{"peak_rss_bytes": [...], "peak_rss_bytes_max": m, "peak_rss_bytes_total": t}``,
+    and the same for ``file_rss_bytes`` and, where the ranks ran on GPUs,
+    ``peak_cuda_bytes``.
+    """
+    out: dict[str, Any] = {}
+    for kind, key in KEYS.items():
+        values = [p[kind] for p in peaks if kind in p]
+        if values:
+            out.update({key: values, f"{key}_max": max(values), f"{key}_total": sum(values)})
+    return out
+
+
+def describe(memory: dict[str, Any] | None) -> str:
+    """``peak memory 1.05 GB a rank (rank 2; 0.51 GB of it library files, which the
+    ranks of a node share), 4.20 GB summed over 4 ranks``, and the GPU's; empty for a
+    record without them (a run from before they were recorded)."""
+    memory = memory or {}
+    rss = memory.get(KEYS["rss"])
+    if not rss:
+        return ""
+    top = max(rss)
+    rank = rss.index(top)
+    notes = [f"rank {rank}"] if len(rss) > 1 else []
+    files = memory.get(KEYS["file"])
+    if files and len(files) == len(rss):
+        share = "which the ranks of a node share" if len(rss) > 1 else "shareable"
+        notes.append(f"{human_bytes(files[rank])} of it library files, {share}")
+    text = f"peak memory {human_bytes(top)} a rank"
+    if notes:
+        text += f" ({'; '.join(notes)})"
+    if len(rss) > 1:
+        text += f", {human_bytes(sum(rss))} summed over {len(rss)} ranks"
+    cuda = memory.get(KEYS["cuda"])
+    if cuda:
+        text += f"; GPU memory allocated {human_bytes(max(cuda))} a rank at most"
+    return text
