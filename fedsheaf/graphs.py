@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from fedsheaf.rundir.files import atomic_write_text
 from fedsheaf.util import yamlio
+from fedsheaf.util.atomic import atomic_write_text
 from fedsheaf.util.errors import GraphError, relative_hint
 from fedsheaf.util.units import count
 

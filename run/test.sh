@@ -17,6 +17,8 @@ if [ "$(id -u)" = 0 ]; then
 fi
 echo "== ruff"
 .venv/bin/ruff check fedsheaf tests
+echo "== mypy"
+.venv/bin/mypy
 echo "== pytest"
 # whole modules to one worker: a module's shared fixture (one set of runs) is built once
 exec .venv/bin/python -m pytest -q -p no:cacheprovider -n "$workers" --dist loadscope "$@"

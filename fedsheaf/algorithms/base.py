@@ -32,9 +32,9 @@ from fedsheaf.algorithms.metrics import accuracy
 from fedsheaf.config.sections import ExperimentConfig, TrainConfig
 from fedsheaf.graphs import Graph
 from fedsheaf.models.encoders import AgentModel
-from fedsheaf.rundir import checkpoint
+from fedsheaf.models.seeded import rng_state, set_rng_state
 from fedsheaf.sheaf.maps import transport
-from fedsheaf.util.errors import FedsheafError
+from fedsheaf.util.errors import CheckpointError, FedsheafError
 from fedsheaf.util.seeding import torch_generator
 from fedsheaf.util.timers import NULL_TIMER, NullTimer, PhaseTimer
 
@@ -236,7 +236,7 @@ class DecentralizedAlgorithm:
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "rng": checkpoint.rng_state(self.model),
+            "rng": rng_state(self.model),
             "extra": self.extra_state(),
         }
 
@@ -249,12 +249,12 @@ class DecentralizedAlgorithm:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
         except (KeyError, RuntimeError, ValueError) as exc:
-            raise checkpoint.CheckpointError(
+            raise CheckpointError(
                 f"agent {self.agent.id}: checkpoint does not fit this model/config: {exc}"
             ) from None
         for group, hyper in zip(self.optimizer.param_groups, configured, strict=True):
             group.update(hyper)
-        checkpoint.set_rng_state(self.model, state["rng"])
+        set_rng_state(self.model, state["rng"])
         self.load_extra_state(state["extra"])
 
     # ---- the loop ----------------------------------------------------------

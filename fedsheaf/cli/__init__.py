@@ -1,1 +1,2 @@
-"""TODO"""
+"""The ``fedsheaf`` command line: ``main`` dispatches; one module per command holds its
+arguments and entry point (``run`` is in ``main``)."""

@@ -9,6 +9,7 @@ import importlib
 import io
 import os
 import re
+import shlex
 import signal
 import sys
 import time
@@ -17,10 +18,15 @@ from typing import Any, NoReturn
 from fedsheaf import __version__
 from fedsheaf.ops.processes import Terminated
 from fedsheaf.util.errors import FedsheafError
+from fedsheaf.util.log import RANK_VARIABLES as RANK_VARIABLES
+from fedsheaf.util.log import configure as configure_logging
+from fedsheaf.util.log import get_logger, launched_rank
+
+logger = get_logger(__name__)
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fedsheaf.launch.decentralized import main
+    from fedsheaf.launch.job import main
 
     return main(args.config, list(args.overrides), args.resume)
 
@@ -38,19 +44,19 @@ SUBCOMMANDS = [
     ("keys", "fedsheaf.cli.keys", "configure", "run", "list config keys and their meaning"),
     (
         "sweep",
-        "fedsheaf.ops.sweep",
+        "fedsheaf.cli.sweep",
         "configure",
         "run",
         "expand a study into runs; run or list them",
     ),
     (
         "report",
-        "fedsheaf.ops.report",
+        "fedsheaf.cli.report",
         "configure",
         "run",
         "comparison table and figures from run directories",
     ),
-    ("watch", "fedsheaf.ops.watch", "configure", "run", "follow a running job's metrics.jsonl"),
+    ("watch", "fedsheaf.cli.watch", "configure", "run", "follow a running job's metrics.jsonl"),
     (
         "ufm",
         "fedsheaf.cli.ufm",
@@ -60,14 +66,14 @@ SUBCOMMANDS = [
     ),
     (
         "fedrep-linear",
-        "fedsheaf.cli.ufm",
-        "configure_linear",
-        "run_linear_cli",
+        "fedsheaf.cli.fedrep_linear",
+        "configure",
+        "run",
         "FedRep vs FedAvg on the linear model (seed 003)",
     ),
     (
         "bench",
-        "fedsheaf.ops.bench.driver",
+        "fedsheaf.cli.bench",
         "configure",
         "run",
         "performance benchmarks (results/bench/)",
@@ -147,6 +153,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """
     parser = _Parser(prog="fedsheaf", description="MPI-native federated representation learning.")
     parser.add_argument("--version", action="version", version=f"fedsheaf {__version__}")
+    add_verbosity(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = sub.add_parser(
@@ -184,7 +191,36 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             mod = importlib.import_module(module)
             getattr(mod, configure)(p)
             p.set_defaults(func=getattr(mod, run_fn))
+    for command_parser in _parsers(sub):  # `fedsheaf sweep s.yaml -q` as `fedsheaf -q sweep`
+        add_verbosity(command_parser, after_command=True)
     return parser
+
+
+def add_verbosity(parser: argparse.ArgumentParser, after_command: bool = False) -> None:
+    """``-q``/``--quiet`` and ``-v``/``--verbose`` (:func:`fedsheaf.util.log.configure`):
+    before the command, and after it (where they do not undo what came before)."""
+    default = argparse.SUPPRESS if after_command else 0
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="count",
+        default=default,
+        help="say only warnings, errors and the command's result (no progress lines)",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=default, help="say more (details)"
+    )
+
+
+def _parsers(sub: argparse._SubParsersAction) -> list[argparse.ArgumentParser]:  # type: ignore[type-arg]
+    """The parsers of ``sub``'s commands and of their own subcommands (``graph build``)."""
+    found = []
+    for parser in dict.fromkeys(sub.choices.values()):
+        found.append(parser)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                found += _parsers(action)
+    return found
 
 
 def _command(argv: list[str]) -> str | None:
@@ -196,27 +232,16 @@ def _command(argv: list[str]) -> str | None:
     return None
 
 
-#: Environment variables in which MPI launchers and SLURM give a process its rank.
-RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
-
-
 #: Seconds a rank other than 0 waits before exiting on an argument error (rank 0's exit
 #: ends the job sooner).
 QUIET_RANK_GRACE = 10.0
 
 
-def launched_rank() -> int:
-    """This process's rank as its launcher told it (0 outside a launcher), without MPI."""
-    for name in RANK_VARIABLES:
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return 0
-
-
 #: The options with a value that ``fedsheaf run`` and ``fedsheaf check`` take among their
 #: positionals (CONFIG and the overrides).
 VALUED_OPTIONS = {"run": ("--resume",), "check": ("--resume", "-n", "--ranks")}
+#: ``-q``, ``-vv``, ``--verbose``, …: options without a value, moved with the others.
+VERBOSITY = re.compile(r"-(q+|v+)|--(quiet|verbose)")
 
 
 def options_first(argv: list[str]) -> list[str]:
@@ -240,6 +265,7 @@ def options_first(argv: list[str]) -> list[str]:
             i += 2
             continue
         glued = arg.split("=", 1)[0] in valued or (arg[:2] in valued and arg[2:].isdigit())
+        glued = glued or VERBOSITY.fullmatch(arg) is not None
         (options if glued else positionals).append(arg)
         i += 1
     return head + options + positionals
@@ -272,14 +298,16 @@ def main(argv: list[str] | None = None) -> int:
                 # mpiexec end the job, rank 0 included, perhaps before it has printed
                 time.sleep(QUIET_RANK_GRACE)
             raise
+    configure_logging(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
+    logger.debug("fedsheaf %s, Python %s: %s", __version__, sys.version.split()[0], shlex.join(argv))
     try:
         return int(args.func(args) or 0)
     except FedsheafError as exc:
-        print(f"fedsheaf: error: {exc}", file=sys.stderr)
+        logger.error(f"fedsheaf: error: {exc}")
         return 2
     except (KeyboardInterrupt, Terminated) as exc:  # Ctrl-C; SIGTERM where it raises
         signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
-        print(f"fedsheaf {args.command}: stopped by {signal.Signals(signum).name}", file=sys.stderr)
+        logger.warning(f"fedsheaf {args.command}: stopped by {signal.Signals(signum).name}")
         return 128 + signum
     except BrokenPipeError:  # `fedsheaf sweep ... | head`: the reader has gone; say nothing
         if args.command == "run":  # stdout is guarded (reader_gone): another pipe broke
@@ -291,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "run":
             raise  # on one rank of a job: the runtime's abort hook must end every rank
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"fedsheaf: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        logger.error(f"fedsheaf: error: {exc.strerror or exc}{where}")
         return 2
 
 

@@ -82,7 +82,7 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"config key '{key}' must be a list, got {shown(value)}")
         out = [_convert(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
         return out if origin is list else tuple(out)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return build(tp, value, key)
     if tp is Any:
         return value

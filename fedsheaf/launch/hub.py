@@ -21,73 +21,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from mpi4py import MPI
-
 from fedsheaf.algorithms import HUB_AGENTS, HUB_SERVERS
 from fedsheaf.algorithms.hub_base import HubContext
 from fedsheaf.config.sections import ExperimentConfig
+from fedsheaf.launch.decentralized import run_decentralized
+from fedsheaf.rundir.lifecycle import (
+    check_data,
+    checkpointer,
+    follow_run_dir,
+    load_latest,
+    open_run_dir,
+)
 from fedsheaf.rundir.preflight import hub_graph
 from fedsheaf.runtime import experiment
-from fedsheaf.runtime.star import Star
-from fedsheaf.runtime.world import UserErrorExit, World, note_run_dir
-
-
-class StarHub:
-    """What an agent or the server needs from the star: rows up, one matrix down."""
-
-    def __init__(self, star: Star) -> None:
-        self.star = star
-
-    @property
-    def n_agents(self) -> int:
-        return self.star.n_workers
-
-    def upload(self, rows: np.ndarray, kind: str) -> None:
-        """Agent: send ``rows`` (same shape on every agent) to the server."""
-        self.star.gather(np.ascontiguousarray(rows), kind)
-
-    def collect(self, shape: tuple[int, int], kind: str, dtype: Any = np.float32) -> np.ndarray:
-        """Server: every agent's rows, stacked as ``(n_agents, *shape)`` in agent order."""
-        counts = [0] + [shape[0]] * self.n_agents
-        got = self.star.gather(np.empty((0, shape[1]), dtype=dtype), kind, counts)
-        assert got is not None
-        return got.reshape(self.n_agents, *shape)
-
-    def broadcast(self, mat: np.ndarray | None, shape: tuple[int, int], kind: str) -> np.ndarray:
-        """Server: send ``mat`` to every agent; agent (``mat`` None): receive it."""
-        buf = np.ascontiguousarray(mat, dtype=np.float32) if mat is not None else None
-        if buf is None:
-            buf = np.empty(shape, dtype=np.float32)
-        return self.star.bcast(buf, kind)
-
-    def take_bytes(self) -> dict[str, int]:
-        return self.star.take_bytes()
-
-
-def _agent_world(world: World, comm: Any) -> World:
-    return World(
-        comm=comm,
-        rank=world.rank - 1,
-        size=world.size - 1,
-        local_rank=world.local_rank,
-        local_size=world.local_size,
-        device=world.device,
-        first_rank=1,
-        threads=world.threads,
-    )
+from fedsheaf.runtime.star import Star, StarHub, agent_world, split_off_server
+from fedsheaf.runtime.world import UserErrorExit, World
 
 
 def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
     """Run FedProto or FedMuscle: server on rank 0, agents on ranks 1..N."""
-    from fedsheaf.launch.decentralized import (
-        check_data,
-        checkpointer,
-        load_latest,
-        open_run_dir,
-        run_decentralized,
-    )
-
     graph = world.agree(lambda: hub_graph(cfg, world.size))
     ds, part = world.agree(lambda: experiment.load_and_partition(cfg))
     if world.rank > 0:
@@ -108,21 +60,21 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
         n_pilots=len(part.pilots),
     )
     hub = StarHub(Star(world.comm))
-    agents_comm = world.comm.Split(MPI.UNDEFINED if world.rank == 0 else 1, world.rank)
+    agents_comm = split_off_server(world)
     if world.rank == 0:
         server = HUB_SERVERS[cfg.algorithm](ctx, hub)
         ckpt, state = loaded or (None, None)
         if ckpt is not None and state is not None:
             server.load_state_dict(state["server"])
         save = checkpointer(cfg, world, run_path, lambda: {"server": server.state_dict()}, digest)
-        note_run_dir(run_path)
+        follow_run_dir(run_path)
         server.serve(ckpt.epoch if ckpt is not None else 0, save)
         return None
     try:
         cls = HUB_AGENTS[cfg.algorithm]
         summary = run_decentralized(
             cfg,
-            _agent_world(world, agents_comm),
+            agent_world(world, agents_comm),
             make=lambda agent, nbr, rep: cls(agent, nbr, rep, hub, ctx),
             job=world,
             loaded=loaded,

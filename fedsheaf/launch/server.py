@@ -86,14 +86,20 @@ from fedsheaf.algorithms.federated.protocol import (
 from fedsheaf.algorithms.federated.task import Task
 from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.config.sections import ExperimentConfig
-from fedsheaf.launch.decentralized import checkpointer, load_latest, open_run_dir, settle_config
 from fedsheaf.rundir import checkpoint
 from fedsheaf.rundir.files import RunDir
+from fedsheaf.rundir.lifecycle import (
+    checkpointer,
+    follow_run_dir,
+    load_latest,
+    open_run_dir,
+    settle_config,
+)
 from fedsheaf.rundir.preflight import describe_server_run, fingerprint_data, per_round
 from fedsheaf.runtime.star import NO_CLIENT, Star
-from fedsheaf.runtime.world import World, note_run_dir
+from fedsheaf.runtime.world import World
 from fedsheaf.util import memory
-from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.errors import CheckpointError, ConfigError
 from fedsheaf.util.units import count, human_bytes
 
 #: Byte-counter kind of the runtime's own exchanges (placement).
@@ -147,7 +153,7 @@ class Rounds:
                 f"but the run has only {self.fc.rounds} rounds"
             )
         if self.star.is_server and state["w"].numel() != self.size:
-            raise checkpoint.CheckpointError(
+            raise CheckpointError(
                 f"the checkpoint's shared vector has {state['w'].numel()} values, "
                 f"this model shares {self.size}"
             )
@@ -189,7 +195,7 @@ class Rounds:
                 if len(missing) == 1
                 else f"rounds {', '.join(map(str, missing))} among them were"
             )
-            raise checkpoint.CheckpointError(
+            raise CheckpointError(
                 f"cannot end {where} after round {fc.rounds}: a run of that length evaluates "
                 f"its last {count(fc.eval_last, 'round')} (federated.eval_last), and {which} "
                 "trained without an evaluation (the run was longer then); resume with "
@@ -454,7 +460,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         world.log(f"fedsheaf: writing {run_dir.path}")
         settle_config(run_dir, cfg)
     world.barrier()  # an earlier launch's failed.json is gone before any rank may write one
-    note_run_dir(run_path)
+    follow_run_dir(run_path)
 
     def state() -> dict[str, Any]:
         out = rounds.state_dict()

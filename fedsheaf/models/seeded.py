@@ -17,6 +17,8 @@ from typing import TypeVar
 import torch
 from torch import Tensor, nn
 
+from fedsheaf.util.errors import CheckpointError
+
 __all__ = ["GeneratorDropout", "build_seeded", "seeded_init_", "set_dropout_generator"]
 
 M = TypeVar("M", bound=nn.Module)
@@ -94,3 +96,37 @@ def set_dropout_generator(model: nn.Module, generator: torch.Generator | None) -
     for module in model.modules():
         if isinstance(module, GeneratorDropout):
             module.generator = generator
+
+
+# ---- random state ------------------------------------------------------------
+def _dropout_generators(model: torch.nn.Module) -> list[torch.Generator]:
+    seen: list[torch.Generator] = []
+    for module in model.modules():
+        g = getattr(module, "generator", None) if isinstance(module, GeneratorDropout) else None
+        if g is not None and not any(g is s for s in seen):
+            seen.append(g)
+    return seen
+
+
+def rng_state(model: torch.nn.Module) -> list[torch.Tensor]:
+    """States of the explicit generators ``model`` draws from (its dropout masks)."""
+    return [g.get_state() for g in _dropout_generators(model)]
+
+
+def set_rng_state(model: torch.nn.Module, states: list[torch.Tensor]) -> None:
+    """Restore what :func:`rng_state` returned."""
+    gens = _dropout_generators(model)
+    if len(gens) != len(states):
+        raise CheckpointError(
+            f"checkpoint holds {len(states)} dropout generator states, the model has {len(gens)}"
+        )
+    for g, s in zip(gens, states, strict=True):
+        expected = g.get_state().numel()
+        if s.numel() != expected:  # a CPU generator's state is not a CUDA one's (16 bytes)
+            raise CheckpointError(
+                f"the checkpoint's dropout generator state ({s.numel()} bytes) does not fit "
+                f"this rank's {g.device.type} generator ({expected} bytes): it was written on "
+                "another device type; resume on the device type the run started on "
+                "(train.device)"
+            )
+        g.set_state(s)

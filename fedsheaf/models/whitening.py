@@ -28,7 +28,7 @@ class _SymPow(torch.autograd.Function):
     """``S ↦ S^p`` for symmetric positive-definite ``S`` (eigh), computed in float64."""
 
     @staticmethod
-    def forward(ctx: Any, s: Tensor, p: float) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, s: Tensor, p: float) -> Tensor:
         lam, q = torch.linalg.eigh(s.to(torch.float64))
         lam = lam.clamp_min(torch.finfo(torch.float64).tiny)
         ctx.save_for_backward(lam, q)
@@ -36,7 +36,7 @@ class _SymPow(torch.autograd.Function):
         return ((q * lam.pow(p)) @ q.T).to(s.dtype)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
         lam, q = ctx.saved_tensors
         p = ctx.p
         f = lam.pow(p)

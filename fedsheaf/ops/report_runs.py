@@ -33,15 +33,14 @@ from fedsheaf.config.sections import SERVER_BASED, flat_keys, read_yaml
 from fedsheaf.rundir import run_lock
 from fedsheaf.rundir.files import (
     RUN_MARKS,
-    atomic_write_text,
     is_run_dir,
     outermost_runs,
     read_failure,
     read_json_object,
     read_metrics,
     read_stop,
-    save_figure,
 )
+from fedsheaf.util.atomic import atomic_write_text, save_figure
 from fedsheaf.util.errors import ConfigError
 from fedsheaf.util.units import count, human_bytes
 

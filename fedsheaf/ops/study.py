@@ -45,8 +45,9 @@ from fedsheaf.config.sections import (
     override_leaves,
     read_yaml,
 )
-from fedsheaf.rundir.files import atomic_write_json, atomic_write_text, is_run_dir, read_json_object
+from fedsheaf.rundir.files import is_run_dir, read_json_object
 from fedsheaf.util import yamlio
+from fedsheaf.util.atomic import atomic_write_json, atomic_write_text
 from fedsheaf.util.errors import ConfigError, relative_hint
 from fedsheaf.util.units import count
 

@@ -7,7 +7,7 @@ Layout inside a run directory::
       epoch-0005/rank-0.pt … rank-{N-1}.pt
       latest.json      {"epoch": 5, "n_ranks": N, "epochs": [4, 5]}
 
-Protocol (driven by :mod:`fedsheaf.launch.decentralized`): after an epoch every rank
+Protocol (driven by :mod:`fedsheaf.rundir.lifecycle`): after an epoch every rank
 writes its own file with :func:`save_rank` (atomically: temp file + rename);
 after a barrier, rank 0 calls :func:`commit`, which atomically rewrites the
 manifest to include the new epoch and deletes checkpoints beyond the ``keep``
@@ -28,16 +28,11 @@ from typing import Any
 
 import torch
 
-from fedsheaf.models.seeded import GeneratorDropout
-from fedsheaf.rundir.files import atomic_write_json, atomic_write_text, json_safe, write_atomic
-from fedsheaf.util.errors import FedsheafError
+from fedsheaf.util.atomic import atomic_write_json, atomic_write_text, json_safe, write_atomic
+from fedsheaf.util.errors import CheckpointError
 
 FORMAT = 1
 MANIFEST = "latest.json"
-
-
-class CheckpointError(FedsheafError):
-    """A checkpoint cannot be used to resume (unreadable, or from another setup)."""
 
 
 class WallClock:
@@ -350,35 +345,3 @@ def unevaluated(records: list[dict[str, Any]], wanted: range, counter: str, key:
     return [t for t in wanted if t in evaluated and not evaluated[t]]
 
 
-# ---- random state ------------------------------------------------------------
-def _dropout_generators(model: torch.nn.Module) -> list[torch.Generator]:
-    seen: list[torch.Generator] = []
-    for module in model.modules():
-        g = getattr(module, "generator", None) if isinstance(module, GeneratorDropout) else None
-        if g is not None and not any(g is s for s in seen):
-            seen.append(g)
-    return seen
-
-
-def rng_state(model: torch.nn.Module) -> list[torch.Tensor]:
-    """States of the explicit generators ``model`` draws from (its dropout masks)."""
-    return [g.get_state() for g in _dropout_generators(model)]
-
-
-def set_rng_state(model: torch.nn.Module, states: list[torch.Tensor]) -> None:
-    """Restore what :func:`rng_state` returned."""
-    gens = _dropout_generators(model)
-    if len(gens) != len(states):
-        raise CheckpointError(
-            f"checkpoint holds {len(states)} dropout generator states, the model has {len(gens)}"
-        )
-    for g, s in zip(gens, states, strict=True):
-        expected = g.get_state().numel()
-        if s.numel() != expected:  # a CPU generator's state is not a CUDA one's (16 bytes)
-            raise CheckpointError(
-                f"the checkpoint's dropout generator state ({s.numel()} bytes) does not fit "
-                f"this rank's {g.device.type} generator ({expected} bytes): it was written on "
-                "another device type; resume on the device type the run started on "
-                "(train.device)"
-            )
-        g.set_state(s)

@@ -1,7 +1,7 @@
 """What a run checks before it trains, without MPI: the rank count, graph, data, shards,
 algorithm set-up and models, and the run directory.
 
-The runtime (:mod:`fedsheaf.launch.decentralized` and friends) runs these checks collectively
+The job drivers (:mod:`fedsheaf.launch`) runs these checks collectively
 on its ranks; ``fedsheaf check`` runs the same ones in one process for a given rank
 count, so that a batch job's config can be checked on a login node before it queues.
 """
@@ -38,7 +38,7 @@ from fedsheaf.rundir.resume import (
     resume_config,
 )
 from fedsheaf.runtime import experiment
-from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.errors import CheckpointError, ConfigError
 from fedsheaf.util.hostinfo import singleton_hint
 from fedsheaf.util.units import count
 
@@ -187,12 +187,12 @@ def resumable(cfg: ExperimentConfig, path: Path, n_ranks: int) -> list[checkpoin
     length, unit, key = run_length(cfg)
     found = checkpoint.complete(path, n_ranks)
     if not found and (path / "summary.json").exists():
-        raise checkpoint.CheckpointError(
+        raise CheckpointError(
             f"cannot extend the finished run {path}: it holds no complete "
             "checkpoint to continue from; start over with output.overwrite=true"
         )
     if found and found[0].epoch > length:
-        raise checkpoint.CheckpointError(
+        raise CheckpointError(
             f"cannot resume {path}: it is checkpointed after {unit} "
             f"{found[0].epoch}, past the {length} {unit}s asked for; resume with "
             f"{key} >= {found[0].epoch}"
@@ -211,7 +211,7 @@ def refuse_unevaluated_end(run_path: Path, history: list[dict[str, Any]], length
         return
     older = [r["epoch"] for r in history if "private_acc" in r]
     would = f"report epoch {older[-1]}'s accuracies as the final ones" if older else "hold none"
-    raise checkpoint.CheckpointError(
+    raise CheckpointError(
         f"cannot end {run_path} at epoch {length}: its checkpoint there was taken without "
         f"an evaluation (epoch {length} was not its last), so its summary would {would}; "
         f"resume with train.epochs greater than {length}"
@@ -354,7 +354,7 @@ def first_readable(
         try:
             for rank in range(ckpt.n_ranks):
                 checkpoint.load_rank(ckpt, rank)
-        except checkpoint.CheckpointError as exc:
+        except CheckpointError as exc:
             problems.append(str(exc))
             continue
         return ckpt, problems

@@ -23,10 +23,13 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
+
+from fedsheaf.runtime.world import World
 
 SERVER = 0
 #: Point-to-point tags of dynamic dealing (a worker asks, the server gives a client id).
@@ -196,3 +199,53 @@ class Star:
         """Byte counts since the last call (then reset)."""
         out, self.bytes = dict(self.bytes), Counter()
         return out
+
+
+class StarHub:
+    """What an agent or the server needs from the star: rows up, one matrix down."""
+
+    def __init__(self, star: Star) -> None:
+        self.star = star
+
+    @property
+    def n_agents(self) -> int:
+        return self.star.n_workers
+
+    def upload(self, rows: np.ndarray, kind: str) -> None:
+        """Agent: send ``rows`` (same shape on every agent) to the server."""
+        self.star.gather(np.ascontiguousarray(rows), kind)
+
+    def collect(self, shape: tuple[int, int], kind: str, dtype: Any = np.float32) -> np.ndarray:
+        """Server: every agent's rows, stacked as ``(n_agents, *shape)`` in agent order."""
+        counts = [0] + [shape[0]] * self.n_agents
+        got = self.star.gather(np.empty((0, shape[1]), dtype=dtype), kind, counts)
+        assert got is not None
+        return got.reshape(self.n_agents, *shape)
+
+    def broadcast(self, mat: np.ndarray | None, shape: tuple[int, int], kind: str) -> np.ndarray:
+        """Server: send ``mat`` to every agent; agent (``mat`` None): receive it."""
+        buf = np.ascontiguousarray(mat, dtype=np.float32) if mat is not None else None
+        if buf is None:
+            buf = np.empty(shape, dtype=np.float32)
+        return self.star.bcast(buf, kind)
+
+    def take_bytes(self) -> dict[str, int]:
+        return self.star.take_bytes()
+
+
+def agent_world(world: World, comm: Any) -> World:
+    return World(
+        comm=comm,
+        rank=world.rank - 1,
+        size=world.size - 1,
+        local_rank=world.local_rank,
+        local_size=world.local_size,
+        device=world.device,
+        first_rank=1,
+        threads=world.threads,
+    )
+
+
+def split_off_server(world: World) -> Any:
+    """A communicator of ranks 1..N-1 (the agents of a hub run); rank 0 gets none."""
+    return world.comm.Split(MPI.UNDEFINED if world.rank == 0 else 1, world.rank)

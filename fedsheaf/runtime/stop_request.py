@@ -25,8 +25,6 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from fedsheaf.rundir.files import atomic_write_json, write_stop
-
 SIGNAL = signal.SIGUSR1
 #: The exit status of a run stopped on request (EX_TEMPFAIL: "try again later").
 STOPPED_EXIT = 75
@@ -82,21 +80,3 @@ def requested() -> bool:
     return _requested
 
 
-def leave_note(run_dir: Path, unit: str, done: int) -> Path | None:
-    """Rank 0, once the checkpoint after ``done`` is committed: mark the run directory as
-    stopped (for ``fedsheaf watch`` and ``report``), and write the file that
-    :data:`NOTE_ENV` names, if any (atomically, so a reader never sees half of it)."""
-    try:
-        write_stop(run_dir, SIGNAL.name, unit, done)
-    except OSError as exc:  # the checkpoint is written: stop all the same, and say so
-        print(f"fedsheaf: warning: cannot mark {run_dir} as stopped: {exc}", flush=True)
-    name = os.environ.get(NOTE_ENV, "").strip()
-    if not name:
-        return None
-    path = Path(name)
-    try:
-        atomic_write_json(path, {"run_dir": str(run_dir), unit: done})
-    except OSError as exc:  # the checkpoint is written: stop all the same, and say so
-        print(f"fedsheaf: warning: cannot write {NOTE_ENV}={path}: {exc}", flush=True)
-        return None
-    return path

@@ -75,7 +75,7 @@ class Neighbourhood:
         Ranks adjacent to this one, in the order results are returned.
     """
 
-    def __init__(self, comm: MPI.Comm, neighbours: Sequence[int]) -> None:
+    def __init__(self, comm: MPI.Intracomm, neighbours: Sequence[int]) -> None:
         self.neighbours = [int(j) for j in neighbours]
         self.comm = comm.Create_dist_graph_adjacent(self.neighbours, self.neighbours, reorder=False)
         sources, destinations, _ = self.comm.Get_dist_neighbors()
@@ -124,7 +124,7 @@ class Neighbourhood:
         header = np.empty((self.degree, 2), dtype=np.int64)
         self.comm.Neighbor_allgather(np.array(buf.shape, dtype=np.int64), header)
         self._count([16] * self.degree)
-        return [tuple(map(int, s)) for s in header]
+        return [(int(s[0]), int(s[1])) for s in header]
 
     def _shapes_of_each(
         self, bufs: Sequence[np.ndarray], shapes: Sequence[Shape] | None
@@ -135,7 +135,7 @@ class Neighbourhood:
         header = np.empty((self.degree, 2), dtype=np.int64)
         self.comm.Neighbor_alltoall(send_shapes, header)
         self._count([16] * self.degree)
-        return [tuple(map(int, s)) for s in header]
+        return [(int(s[0]), int(s[1])) for s in header]
 
     def start_exchange(
         self,

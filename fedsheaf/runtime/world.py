@@ -33,7 +33,6 @@ from typing import Any, NoReturn, TypeVar
 import torch
 from mpi4py import MPI
 
-from fedsheaf.rundir.files import STOP_FILE, write_failure
 from fedsheaf.util import memory
 from fedsheaf.util.errors import FedsheafError
 from fedsheaf.util.hostinfo import threads_per_rank, unusable_gpus, usable_cpu_ids
@@ -50,11 +49,25 @@ _STARTED = time.time()
 REPORTER_GRACE = 2.0
 
 
-def note_run_dir(path: Path) -> None:
-    """From now on an error that ends the job is also written to ``path`` (failed.json),
-    so that ``fedsheaf watch`` and ``report`` can tell a dead run from a running one."""
-    global _RUN_DIR
-    _RUN_DIR = Path(path)
+#: Writes a rank's failure into the run directory; returns whether this rank is the one to
+#: say it (``write_failure(run_dir, rank, error, since)``). Set with the run directory.
+_write_failure: Callable[[Path, int, str, float], bool] | None = None
+#: Files whose writing since this rank started says the job has ended already.
+_ENDING_FILES: tuple[str, ...] = ()
+
+
+def note_run_dir(
+    path: Path,
+    write_failure: Callable[[Path, int, str, float], bool],
+    ending_files: tuple[str, ...],
+) -> None:
+    """From now on an error that ends the job is also written to ``path`` (with
+    ``write_failure``: :func:`fedsheaf.rundir.lifecycle.follow_run_dir` passes the run
+    directory's own), so that ``fedsheaf watch`` and ``report`` can tell a dead run from
+    a running one; ``ending_files`` written since this rank started mean the job has
+    said how it ended already. The runtime knows no file of a run directory itself."""
+    global _RUN_DIR, _write_failure, _ENDING_FILES
+    _RUN_DIR, _write_failure, _ENDING_FILES = Path(path), write_failure, ending_files
 
 
 def _abort_hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
@@ -70,7 +83,9 @@ def _abort_hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> N
             error = f"{exc_type.__name__}: {exc}"
             text = "".join(traceback.format_exception(exc_type, exc, tb))
             message = f"fedsheaf: rank {rank} failed with {error}\n{text}"
-        if _RUN_DIR is None or write_failure(_RUN_DIR, rank, error, since=_STARTED):
+        if _RUN_DIR is None or _write_failure is None or _write_failure(
+            _RUN_DIR, rank, error, _STARTED
+        ):
             sys.stderr.write(message)
             sys.stderr.flush()
         else:  # another rank says it: give it time to, before this abort ends the job
@@ -135,7 +150,7 @@ def leaving() -> None:
 def _ended_already() -> bool:
     """Whether this job's run has already said how it ended (stopped.json, summary.json
     written since this rank started)."""
-    for name in (STOP_FILE, "summary.json"):
+    for name in _ENDING_FILES:
         try:
             if _RUN_DIR is not None and (_RUN_DIR / name).stat().st_mtime >= _STARTED:
                 return True
@@ -153,11 +168,11 @@ def _end_on_signal(signum: int, frame: Any) -> None:
     try:  # quickly: a launcher that passes the signal on may kill the rank soon after
         if _LEAVING or _ended_already():
             say = False
-        elif _RUN_DIR is None:
+        elif _RUN_DIR is None or _write_failure is None:
             say = rank == 0
         else:
             error += f"; to continue the run: fedsheaf run --resume {_RUN_DIR}"
-            say = write_failure(_RUN_DIR, rank, error, since=_STARTED)
+            say = _write_failure(_RUN_DIR, rank, error, _STARTED)
         if say:
             os.write(2, f"fedsheaf: rank {rank} {error}\n".encode())
     except Exception:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fedsheaf.rundir.files import write_atomic
+from fedsheaf.util.atomic import write_atomic
 from fedsheaf.util.errors import ConfigError
 
 __all__ = ["output_folder", "write_atomic", "write_json_atomic", "save_figure_atomic"]

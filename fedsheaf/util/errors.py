@@ -75,3 +75,7 @@ def refuse_blocked_path(path: str | os.PathLike[str], what: str) -> None:
             if not parent.is_dir():
                 raise ConfigError(f"{what} {path}: {parent} is a file, not a directory")
             return
+
+
+class CheckpointError(FedsheafError):
+    """A checkpoint cannot be used to resume (unreadable, or from another setup)."""

@@ -92,4 +92,4 @@ def _raise_if_gone(exc: OSError) -> None:
 def install() -> None:
     """Guard ``sys.stdout`` (idempotent; nothing to guard when it is closed, ``>&-``)."""
     if sys.stdout is not None and not isinstance(sys.stdout, ReaderGoneGuard):
-        sys.stdout = ReaderGoneGuard(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = ReaderGoneGuard(sys.stdout)

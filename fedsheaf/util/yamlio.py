@@ -52,7 +52,13 @@ _RESOLVED = (
 )
 for _tag, _rx in _RESOLVED:
     _Loader.add_implicit_resolver(_tag, _rx, list("-+0123456789."))
-_Loader.add_constructor(_INT, lambda loader, node: int(loader.construct_scalar(node), 10))
+
+
+def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
+    return int(loader.construct_scalar(node), 10)
+
+
+_Loader.add_constructor(_INT, _construct_int)
 
 
 class _Dumper(yaml.SafeDumper):

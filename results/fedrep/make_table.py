@@ -20,7 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from fedsheaf.rundir.files import atomic_write_text, read_metrics, save_figure
+from fedsheaf.rundir.files import read_metrics
+from fedsheaf.util.atomic import atomic_write_text, save_figure
 
 ORDER = ["fedrep", "fedavg_ft", "fedavg", "fedper", "lg_fedavg", "local"]
 LABEL = {

@@ -18,7 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from fedsheaf.rundir.files import atomic_write_text, read_metrics, save_figure
+from fedsheaf.rundir.files import read_metrics
+from fedsheaf.util.atomic import atomic_write_text, save_figure
 
 UFM_MODES = {"exact": "exact selection", "proximal": "proximal, ρ=1e-3", "gamma1": "exact, γ=1"}
 RUNS = ["ordinary", "proximal", "aligned", "ordinary_corr", "proximal_corr", "aligned_corr"]

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 
 from fedsheaf.graphs import Graph, load_graph, save_graph
 from fedsheaf.ops.report import Row, plot
-from fedsheaf.rundir.files import save_figure
+from fedsheaf.util.atomic import save_figure
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -213,7 +213,7 @@ def test_without_hard_links_every_failing_rank_writes_and_reports(tmp_path, monk
 
 
 def test_a_name_near_the_length_limit_is_written(tmp_path):
-    from fedsheaf.rundir.files import atomic_write_text
+    from fedsheaf.util.atomic import atomic_write_text
 
     name = "t" * 250 + ".json"  # 255 bytes, as a --tag of 250 gives
     assert atomic_write_text(tmp_path / name, "{}").read_text() == "{}"

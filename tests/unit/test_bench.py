@@ -213,5 +213,5 @@ def test_benchmark_worker_modules_import():
     """Every case module the MPI worker loads imports cleanly (no launch needed)."""
     import importlib
 
-    for name in ("worker", "decentralized", "pilot_cost", "clients", "command"):
+    for name in ("worker", "decentralized", "pilot_cost", "clients", "driver"):
         importlib.import_module(f"fedsheaf.ops.bench.{name}")

@@ -15,10 +15,11 @@ from fedsheaf.algorithms.sheaf_frl import SheafFRL
 from fedsheaf.config.schema import build
 from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.graphs import Graph
+from fedsheaf.models.seeded import rng_state, set_rng_state
 from fedsheaf.rundir import checkpoint
-from fedsheaf.rundir.checkpoint import CheckpointError
 from fedsheaf.rundir.files import read_metrics
 from fedsheaf.runtime import experiment
+from fedsheaf.util.errors import CheckpointError
 
 torch.set_num_threads(1)
 
@@ -304,7 +305,7 @@ def test_resumed_agent_matches_an_uninterrupted_one(setup, tmp_path, name, sheaf
     # the test has teeth: without the dropout generator's state the run differs
     again = _algorithm(setup, name, sheaf)
     state = checkpoint.load_rank(ckpt, 0)["algorithm"]
-    again.load_state_dict({**state, "rng": checkpoint.rng_state(again.model)})
+    again.load_state_dict({**state, "rng": rng_state(again.model)})
     again.run(ckpt.epoch)
     assert again.reporter.records != straight.reporter.records[3:]
 
@@ -344,10 +345,10 @@ def test_dropout_state_from_another_device_type_is_a_clear_error():
 
     model = torch.nn.Sequential(torch.nn.Linear(3, 3), GeneratorDropout(0.5))
     model[1].generator = torch.Generator().manual_seed(0)
-    checkpoint.set_rng_state(model, checkpoint.rng_state(model))  # same device: fine
+    set_rng_state(model, rng_state(model))  # same device: fine
     cuda_like = torch.zeros(16, dtype=torch.uint8)  # a CUDA generator's state: seed, offset
     with pytest.raises(
         CheckpointError,
         match=r"state \(16 bytes\) does not fit this rank's cpu generator .* another device type",
     ):
-        checkpoint.set_rng_state(model, [cuda_like])
+        set_rng_state(model, [cuda_like])

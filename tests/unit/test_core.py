@@ -10,10 +10,11 @@ import torch
 from fedsheaf.algorithms.base import epoch_batches
 from fedsheaf.algorithms.metrics import accuracy, harmonic, network_summary
 from fedsheaf.config.sections import load_config
-from fedsheaf.rundir.files import RunDir, atomic_write_json, read_metrics
+from fedsheaf.rundir.files import RunDir, read_metrics
 from fedsheaf.rundir.progress import accuracies, agent_table
 from fedsheaf.runtime import experiment
 from fedsheaf.sheaf.zca import zca_fit
+from fedsheaf.util.atomic import atomic_write_json
 from fedsheaf.util.errors import ConfigError
 from fedsheaf.util.seeding import derive_seed, rng, torch_generator
 

@@ -7,13 +7,13 @@ import torch.nn.functional as F
 
 from fedsheaf.algorithms.base import build_optimizer
 from fedsheaf.algorithms.federated import FEDERATED
-from fedsheaf.algorithms.federated.fedavg import Phase
+from fedsheaf.algorithms.federated.schedule import Phase
 from fedsheaf.algorithms.federated.setup import ClientData
 from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.config.sections import FederatedConfig, TrainConfig
 from fedsheaf.data.loaders import batches
 from fedsheaf.models.fedrep_cnn import build_fedrep_cnn
-from fedsheaf.rundir.checkpoint import CheckpointError
+from fedsheaf.util.errors import CheckpointError
 from fedsheaf.util.seeding import derive_seed
 
 torch.set_num_threads(1)

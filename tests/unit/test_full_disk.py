@@ -34,7 +34,7 @@ def test_a_checkpoint_that_does_not_fit_names_its_file_and_the_reason(tmp_path):
     proc = _limited(
         """
         import torch
-        from fedsheaf.rundir.files import write_atomic
+        from fedsheaf.util.atomic import write_atomic
         from fedsheaf.util.errors import WriteError
         try:
             write_atomic(sys.argv[1], lambda fh: torch.save({"w": torch.zeros(100_000)}, fh))
@@ -101,7 +101,7 @@ def test_when_failed_json_cannot_be_written_one_rank_still_reports(tmp_path):
 def test_a_bug_in_what_is_written_stays_a_bug_not_a_write_error(tmp_path):
     import pytest
 
-    from fedsheaf.rundir.files import write_atomic
+    from fedsheaf.util.atomic import write_atomic
 
     with pytest.raises(TypeError, match="not JSON serializable"):
         write_atomic(tmp_path / "x.json", lambda fh: fh.write(json.dumps(object()).encode()))

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from fedsheaf.algorithms.federated import FEDERATED, HeadFedAvg
-from fedsheaf.algorithms.federated.fedavg import Phase
 from fedsheaf.algorithms.federated.head.data import load_regression_clients
 from fedsheaf.algorithms.federated.head.objective import target_moments
 from fedsheaf.algorithms.federated.protocol import average
+from fedsheaf.algorithms.federated.schedule import Phase
 from fedsheaf.config.schema import build
 from fedsheaf.config.sections import SERVER_BASED, ExperimentConfig
 from fedsheaf.theory.bures import barycenter, selected_head

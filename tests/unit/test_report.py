@@ -17,7 +17,8 @@ import pytest
 from fedsheaf.cli import main as cli
 from fedsheaf.config.sections import dump_config, load_config
 from fedsheaf.ops.report import collect, grid_points, markdown, select, write_report
-from fedsheaf.rundir.files import RunDir, atomic_write_json
+from fedsheaf.rundir.files import RunDir
+from fedsheaf.util.atomic import atomic_write_json
 from fedsheaf.util.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

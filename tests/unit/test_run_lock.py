@@ -62,7 +62,7 @@ def test_a_finished_run_is_read_under_the_lock_so_a_run_finishing_now_is_not_ext
     tmp_path,
 ):
     from fedsheaf.config.sections import dump_config, load_config
-    from fedsheaf.launch.decentralized import claim_run_dir
+    from fedsheaf.rundir.lifecycle import claim_run_dir
     from tests.conftest import REPO
 
     over = [f"output.dir={tmp_path}", "checkpoint.resume=true", "train.epochs=2"]

@@ -20,7 +20,8 @@ from pathlib import Path
 from fedsheaf.runtime import world
 world.install_signal_ends()
 run = Path(sys.argv[1])
-world.note_run_dir(run)
+from fedsheaf.rundir.lifecycle import follow_run_dir
+follow_run_dir(run)
 if sys.argv[2] == "stopped":
     (run / "stopped.json").write_text("{}")
 if sys.argv[2] == "leaving":

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from fedsheaf.cli import main as cli
+from fedsheaf.rundir.lifecycle import leave_note
 from fedsheaf.runtime import stop_request
 
 
@@ -41,14 +42,14 @@ def test_the_signal_is_noted_or_ignored_with_a_word_and_never_kills(checkpoints,
 
 def test_the_note_for_batch_scripts(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv(stop_request.NOTE_ENV, raising=False)
-    assert stop_request.leave_note(tmp_path / "run", "epoch", 3) is None  # not asked for
+    assert leave_note(tmp_path / "run", "epoch", 3) is None  # not asked for
     monkeypatch.setenv(stop_request.NOTE_ENV, str(tmp_path / "job.stopped"))
-    assert stop_request.leave_note(tmp_path / "run", "round", 7) == tmp_path / "job.stopped"
+    assert leave_note(tmp_path / "run", "round", 7) == tmp_path / "job.stopped"
     assert json.loads((tmp_path / "job.stopped").read_text()) == {
         "run_dir": str(tmp_path / "run"),
         "round": 7,
     }
     (tmp_path / "file").write_text("")
     monkeypatch.setenv(stop_request.NOTE_ENV, str(tmp_path / "file" / "job.stopped"))
-    assert stop_request.leave_note(tmp_path / "run", "epoch", 3) is None  # cannot: a warning
+    assert leave_note(tmp_path / "run", "epoch", 3) is None  # cannot: a warning
     assert "warning: cannot write FEDSHEAF_STOPPED_FILE=" in capsys.readouterr().out

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsheaf.cli.ufm import configure_linear, run_linear_cli
+from fedsheaf.cli.fedrep_linear import configure as configure_linear
+from fedsheaf.cli.fedrep_linear import run as run_linear_cli
 from fedsheaf.theory._threads import single_blas_thread
 from fedsheaf.theory.fedrep_linear import (
     LinearSettings,

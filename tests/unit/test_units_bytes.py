@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from fedsheaf.launch import server as server_launch
 from fedsheaf.ops import report_runs, watch
 from fedsheaf.rundir import progress
 from fedsheaf.rundir.progress import Recorder
-from fedsheaf.runtime import server_launch
 from fedsheaf.util import units
 from fedsheaf.util.units import human_bytes
 

@@ -404,7 +404,7 @@ def test_a_run_whose_job_ended_on_an_error_is_failed_not_running(tmp_path):
         assert lines[-1] == "failed on rank 1: agent 1: loss became nan in epoch 3, step 2"
         assert lines[-2].startswith("epoch 4/4")
     # a run resumed (once every rank has read its checkpoint) or started over forgets it
-    from fedsheaf.launch.decentralized import settle_config
+    from fedsheaf.rundir.lifecycle import settle_config
     from fedsheaf.rundir.resume import load_run_config
 
     settle_config(RunDir(path, extend=True), load_run_config(path / "config.yaml"))
@@ -417,12 +417,11 @@ def test_a_run_whose_job_ended_on_an_error_is_failed_not_running(tmp_path):
 
 
 def test_a_run_stopped_on_request_is_stopped_until_resumed(tmp_path):
-    from fedsheaf.launch.decentralized import settle_config
     from fedsheaf.ops.report_runs import load_run, run_row
     from fedsheaf.ops.watch import STOPPED
     from fedsheaf.rundir.files import STOP_FILE
+    from fedsheaf.rundir.lifecycle import leave_note, settle_config
     from fedsheaf.rundir.resume import load_run_config
-    from fedsheaf.runtime.stop_request import leave_note
 
     path = make_decentralized(tmp_path, "run", epochs=4, finished=False)
     leave_note(path, "epoch", 4)
@@ -444,7 +443,7 @@ def test_a_run_stopped_on_request_is_stopped_until_resumed(tmp_path):
 def test_until_finished_follows_a_stopped_run_through_its_requeued_resume(tmp_path):
     """A job stopped at its time limit and requeued: watch --until-finished waits for
     the resume (a job taking the run's lock) and follows it to the run's end."""
-    from fedsheaf.runtime.stop_request import leave_note
+    from fedsheaf.rundir.lifecycle import leave_note
     from tests.unit.test_run_lock import _holder
 
     path = make_decentralized(tmp_path, "run", epochs=2, finished=False)

@@ -25,30 +25,9 @@ round or client to the next.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from fedsheaf.config.sections import FederatedConfig
-
-if TYPE_CHECKING:
-    from fedsheaf.algorithms.federated.task import Task
-    from fedsheaf.config.sections import ExperimentConfig
-
-PARTS = ("all", "body", "head", "none")
-
-
-@dataclass(frozen=True)
-class Phase:
-    """Train the parameters of ``part`` (all, body or head) for ``epochs`` epochs."""
-
-    part: str
-    epochs: int
-
-    def __post_init__(self) -> None:
-        if self.part not in PARTS[:3]:
-            raise ValueError(f"phase part must be one of all, body, head; got {self.part!r}")
-        if self.epochs < 0:
-            raise ValueError(f"phase epochs must be >= 0, got {self.epochs}")
+from fedsheaf.algorithms.federated.schedule import Phase
+from fedsheaf.algorithms.federated.task import Task
+from fedsheaf.config.sections import ExperimentConfig, FederatedConfig
 
 
 class FedAvg:
@@ -81,8 +60,6 @@ class FedAvg:
 
     def make_task(self, cfg: ExperimentConfig) -> Task:
         """Data, model, local solver and evaluation (default: SPEC §4 classification)."""
-        from fedsheaf.algorithms.federated.task import Task  # task.py imports this module
-
         return Task(cfg, self)
 
     @property

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fedsheaf.algorithms.federated.fedavg import Phase
 from fedsheaf.algorithms.federated.fedper import FedPer
+from fedsheaf.algorithms.federated.schedule import Phase
 
 
 class FedRep(FedPer):

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fedsheaf.algorithms.federated.fedavg import FedAvg, Phase
+from fedsheaf.algorithms.federated.fedavg import FedAvg
+from fedsheaf.algorithms.federated.schedule import Phase
 
 
 class LGFedAvg(FedAvg):

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsheaf.algorithms.federated.fedavg import FedAvg
+from fedsheaf.algorithms.federated.schedule import Algorithm
 
 
 def round_record(evals: np.ndarray, n_clients: int) -> dict[str, Any]:
@@ -29,7 +29,9 @@ def round_record(evals: np.ndarray, n_clients: int) -> dict[str, Any]:
     }
 
 
-def summarize(history: list[dict[str, Any]], algorithm: FedAvg, eval_last: int) -> dict[str, Any]:
+def summarize(
+    history: list[dict[str, Any]], algorithm: Algorithm, eval_last: int
+) -> dict[str, Any]:
     """Score and headline numbers of a finished run.
 
     ``acc_last`` is the mean of ``acc`` over the evaluated rounds among the last

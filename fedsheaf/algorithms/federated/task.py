@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedsheaf.algorithms.federated.fedavg import FedAvg
+from fedsheaf.algorithms.federated.schedule import Algorithm
 from fedsheaf.algorithms.federated.setup import (
     ClientData,
     build_model,
@@ -54,7 +54,7 @@ class Task:
     #: Values per client sent to the server once before the first round (0: no exchange).
     setup_width = 0
 
-    def __init__(self, cfg: ExperimentConfig, algorithm: FedAvg) -> None:
+    def __init__(self, cfg: ExperimentConfig, algorithm: Algorithm) -> None:
         self.cfg, self.algorithm = cfg, algorithm
 
     # ---- per rank: validation, data, model, local solver ----------------------------

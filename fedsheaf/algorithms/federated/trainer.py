@@ -29,12 +29,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedsheaf.algorithms.base import TrainingDiverged, build_optimizer
-from fedsheaf.algorithms.federated.fedavg import FedAvg, Phase
 from fedsheaf.algorithms.federated.params import ParamSet
+from fedsheaf.algorithms.federated.schedule import Algorithm, Phase
 from fedsheaf.algorithms.federated.setup import ClientData
 from fedsheaf.config.sections import TrainConfig
 from fedsheaf.data.loaders import batches, n_batches, random_crop_flip
-from fedsheaf.rundir.checkpoint import CheckpointError
+from fedsheaf.util.errors import CheckpointError
 from fedsheaf.util.seeding import derive_seed, torch_generator
 
 EVAL_BATCH = 1000
@@ -72,7 +72,7 @@ class ClientRunner:
 
     def __init__(
         self,
-        algorithm: FedAvg,
+        algorithm: Algorithm,
         model: nn.Module,
         clients: Mapping[int, ClientData],
         train: TrainConfig,

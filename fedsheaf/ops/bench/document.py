@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsheaf.ops.bench.plan import K_METHOD
-from fedsheaf.rundir.files import atomic_write_json, atomic_write_text
+from fedsheaf.util.atomic import atomic_write_json, atomic_write_text
 from fedsheaf.util.units import human_bytes
 
 MET, MISSED, NOT_HERE, FAILED = "met", "missed", "not measurable here", "no result"

@@ -17,8 +17,8 @@ from fedsheaf.ops.bench.clients import CASES as CLIENT_CASES
 from fedsheaf.ops.bench.decentralized import CASES as DECENTRALIZED_CASES
 from fedsheaf.ops.bench.pilot_cost import CASES as PILOT_CASES
 from fedsheaf.ops.bench.rank_tools import environment
-from fedsheaf.rundir.files import atomic_write_json
 from fedsheaf.runtime.world import exit_at_once, init_world, refuse_unusable_gpus
+from fedsheaf.util.atomic import atomic_write_json
 
 CASES = {**DECENTRALIZED_CASES, **PILOT_CASES, **CLIENT_CASES}
 

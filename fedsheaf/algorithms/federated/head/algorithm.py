@@ -34,8 +34,7 @@ from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.config.ranks import check_ranks
 from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.data.sources import Samples, dataset_shape
-from fedsheaf.rundir.checkpoint import CheckpointError
-from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.errors import CheckpointError, ConfigError
 from fedsheaf.util.seeding import derive_seed
 
 __all__ = ["HeadFedAvg", "HeadTask"]

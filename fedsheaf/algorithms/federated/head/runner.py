@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedsheaf.algorithms.federated.fedavg import FedAvg
 from fedsheaf.algorithms.federated.head.model import UFMNet
 from fedsheaf.algorithms.federated.head.objective import (
     align_head_,
@@ -23,6 +22,7 @@ from fedsheaf.algorithms.federated.head.objective import (
     target_moments,
     ufm_objective,
 )
+from fedsheaf.algorithms.federated.schedule import Algorithm
 from fedsheaf.algorithms.federated.setup import ClientData
 from fedsheaf.algorithms.federated.trainer import EVAL_BATCH, ClientRunner
 from fedsheaf.config.sections import HeadConfig, TrainConfig
@@ -50,7 +50,7 @@ class HeadRunner(ClientRunner):
 
     def __init__(
         self,
-        algorithm: FedAvg,
+        algorithm: Algorithm,
         model: UFMNet,
         clients: Mapping[int, ClientData],
         train: TrainConfig,
