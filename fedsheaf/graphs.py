@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import numpy as np
 import yaml
 
@@ -79,11 +80,8 @@ class Graph:
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "edges", edges)
         object.__setattr__(self, "classes", classes)
-        adjacency: list[list[int]] = [[] for _ in dims]
-        for i, j in edges:
-            adjacency[i].append(j)
-            adjacency[j].append(i)
-        object.__setattr__(self, "_adj", tuple(tuple(sorted(a)) for a in adjacency))
+        graph = self.to_networkx()
+        object.__setattr__(self, "_adj", tuple(tuple(sorted(graph.adj[i])) for i in graph))
 
     @property
     def n(self) -> int:
@@ -134,28 +132,20 @@ class Graph:
         pairs = self.n * (self.n - 1) // 2
         return 1.0 if pairs == 0 else len(self.edges) / pairs
 
+    def to_networkx(self) -> nx.Graph:
+        """The graph as a new :class:`networkx.Graph` on nodes 0..n-1 (no attributes)."""
+        graph = nx.Graph()
+        graph.add_nodes_from(range(len(self.dims)))
+        graph.add_edges_from(self.edges)
+        return graph
+
     def components(self) -> list[list[int]]:
         """Connected components, each sorted, ordered by smallest node id."""
-        seen = [False] * self.n
-        out: list[list[int]] = []
-        for start in range(self.n):
-            if seen[start]:
-                continue
-            seen[start] = True
-            stack, comp = [start], []
-            while stack:
-                u = stack.pop()
-                comp.append(u)
-                for v in self._adj[u]:  # type: ignore[attr-defined]
-                    if not seen[v]:
-                        seen[v] = True
-                        stack.append(v)
-            out.append(sorted(comp))
-        return out
+        return sorted(sorted(c) for c in nx.connected_components(self.to_networkx()))
 
     def is_connected(self) -> bool:
         """Whether the graph is connected (a single node is)."""
-        return len(self.components()) == 1
+        return bool(nx.is_connected(self.to_networkx()))
 
 
 def _canonical(
@@ -245,6 +235,11 @@ def class_overlap_graph(
     complete weighted graph (Kruskal, pairs ordered by (-w_ij, i, j)), then add
     the remaining pairs in that same order until
     edges / (N(N-1)/2) >= ``density``. Deterministic.
+
+    The tree is networkx's minimum spanning tree under each pair's rank in that order:
+    the ranks are distinct, so that tree is unique, and it is the one Kruskal's method
+    takes scanning the pairs in that order (it keeps a pair exactly when no earlier
+    pair joins its ends) whichever algorithm networkx uses and however it breaks ties.
     """
     builder = f"class-overlap graph {name!r}"
     dims = _check_dims_arg(dims, builder)
@@ -256,20 +251,11 @@ def class_overlap_graph(
     order = sorted(
         ((-len(sets[i] & sets[j]), i, j) for i in range(n) for j in range(i + 1, n)),
     )
-    parent = list(range(n))
-
-    def find(u: int) -> int:
-        while parent[u] != u:
-            parent[u] = parent[parent[u]]
-            u = parent[u]
-        return u
-
-    chosen: set[tuple[int, int]] = set()
-    for _, i, j in order:
-        ri, rj = find(i), find(j)
-        if ri != rj:
-            parent[ri] = rj
-            chosen.add((i, j))
+    ranked = nx.Graph()
+    ranked.add_nodes_from(range(n))
+    ranked.add_weighted_edges_from((i, j, rank) for rank, (_, i, j) in enumerate(order))
+    tree = nx.minimum_spanning_tree(ranked)
+    chosen = {(min(i, j), max(i, j)) for i, j in tree.edges}
     for _, i, j in order:
         if len(chosen) >= target:
             break
@@ -453,9 +439,9 @@ def load_graph(path: str | os.PathLike[str]) -> Graph:
         )
     if not isinstance(edges, list):
         raise GraphError(f"{where}: 'edges' must be a list of [i, j] pairs")
-    for e in edges:
-        if not isinstance(e, list) or len(e) != 2 or not all(_is_int(x) for x in e):
-            raise GraphError(f"{where}: edge {e!r} must be a pair [i, j] of integer node ids")
+    for edge in edges:
+        if not isinstance(edge, list) or len(edge) != 2 or not all(_is_int(x) for x in edge):
+            raise GraphError(f"{where}: edge {edge!r} must be a pair [i, j] of integer node ids")
     graph = Graph(
         name=name,
         dims=tuple(by_id[i]["dim"] for i in range(n)),

@@ -8,6 +8,12 @@
 #                     the site MPI, see docs/clusters.md). Remembered in .venv/.fedsheaf-extras, so
 #                     that run/test.sh and run/bench.sh never add the PyPI Open MPI to a
 #                     venv that was installed without it.
+#   FEDSHEAF_TORCH_INDEX  a package index to install torch and torchvision from, before
+#                     fedsheaf, for a new .venv: the CPU-only index on PyTorch's
+#                     Get-started page gives a CPU-only torch, far smaller than the CUDA
+#                     build (~5.3 GB with its libraries; docs/clusters.md).
+# Without it, a torch that FEDSHEAF_PYTHON already has (a site or conda install) is reused:
+# the venv is made with --system-site-packages, and pip pulls no second torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=.venv
@@ -28,15 +34,62 @@ PY
 else
   extras=test,mpi-wheel
 fi
+# what torch an interpreter has: "torch 2.14.1+cu130 (CUDA 13.0) in /its/site-packages, ...";
+# exit 1 without one, 3 where it lies in a virtual environment (a venv made from that
+# interpreter sees its base installation, not that environment: nothing to reuse)
+torch_probe='import os, sys, torch
+kind = "CUDA " + torch.version.cuda if torch.version.cuda else "CPU-only"
+kind = "ROCm " + torch.version.hip if getattr(torch.version, "hip", None) else kind
+where = os.path.dirname(os.path.dirname(torch.__file__))
+try:
+    import torchvision
+    vision = "torchvision " + torchvision.__version__
+except ImportError:
+    vision = "no torchvision (pip adds one, which may bring its own torch)"
+print("torch %s (%s) in %s, %s" % (torch.__version__, kind, where, vision))
+in_venv = sys.prefix != sys.base_prefix and where.startswith(os.path.join(sys.prefix, ""))
+sys.exit(3 if in_venv else 0)'
+created=""
 if [ ! -x "$venv/bin/python" ]; then
+  created=1
   py=${FEDSHEAF_PYTHON:-$(command -v python3.11 || command -v python3)}
-  echo "fedsheaf: creating $venv with $py" >&2
-  "$py" -m venv "$venv"
+  system_site=""
+  probed=1
+  if [ -z "${FEDSHEAF_TORCH_INDEX:-}" ]; then
+    found=$("$py" -c "$torch_probe" 2>/dev/null) && probed=0 || probed=$?
+  fi
+  if [ "$probed" = 0 ]; then
+    system_site=--system-site-packages
+    echo "fedsheaf: $py has $found: creating $venv with $system_site to reuse that torch" >&2
+  else
+    if [ "$probed" = 3 ]; then
+      echo "fedsheaf: note: $py is a virtual environment's, whose $found cannot be shared" \
+        "with a new venv; to use it, install fedsheaf into that environment" \
+        "(pip install -e '.[test]')" >&2
+    fi
+    echo "fedsheaf: creating $venv with $py" >&2
+  fi
+  "$py" -m venv $system_site "$venv"
+fi
+torch_index=${FEDSHEAF_TORCH_INDEX:-}
+if [ -n "$torch_index" ] && [ -z "$created" ] && "$venv/bin/python" -c "import torch" 2>/dev/null; then
+  echo "fedsheaf: note: FEDSHEAF_TORCH_INDEX is for a new $venv; this one keeps its torch" \
+    "(remove $venv and run again to replace it)" >&2
+  torch_index=""
 fi
 stamp="$venv/.fedsheaf-installed-$(cat setup.cfg pyproject.toml | cksum | cut -d' ' -f1)-$extras"
 if [ ! -e "$stamp" ] || ! "$venv/bin/python" -c "import fedsheaf, torch, torchvision, mpi4py" 2>/dev/null; then
   echo "fedsheaf: installing into $venv (torch is large: this takes a few minutes once)" >&2
   "$venv/bin/python" -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
+  if [ -n "$torch_index" ]; then  # e.g. the CPU-only build, before fedsheaf's pulls another
+    echo "fedsheaf: installing torch and torchvision from $torch_index" >&2
+    if ! out=$("$venv/bin/python" -m pip install --quiet --index-url "$torch_index" \
+      torch torchvision 2>&1); then
+      printf '%s\n' "$out" >&2
+      echo "fedsheaf: installing torch from FEDSHEAF_TORCH_INDEX=$torch_index failed" >&2
+      exit 1
+    fi
+  fi
   # pip's notes about this machine's local package mirrors are noise: keep real errors only
   "$venv/bin/python" -m pip install --quiet -e ".[$extras]" 2>&1 \
     | grep -v -e "^WARNING: Location" -e "BuildBackendWarning" -e "^  " -e "^$" >&2 || true

@@ -174,6 +174,122 @@ def mpirun() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run_mpi
 
 
+# ----------------------------------------------------------------- the checkout is left as found
+
+#: What installing and running the suite may leave in the checkout, never compared: the
+#: virtual environment, the package metadata, byte code and the tools' caches (hypothesis
+#: keeps its example database in .hypothesis/).
+CHECKOUT_NOISE = (".venv", ".hypothesis", ".pytest_cache", ".ruff_cache", ".mypy_cache")
+_NOISE_SPECS = [f":(exclude){name}" for name in CHECKOUT_NOISE] + [
+    ":(exclude,glob)**/__pycache__/**",
+    ":(exclude,glob)*.egg-info/**",
+]
+#: Set to 1 to leave the comparison out (a checkout edited while the suite runs).
+NO_CHECKOUT_CHECK = "FEDSHEAF_TEST_NO_CHECKOUT_CHECK"
+#: A path's git status, and for an ignored file its modification time and size.
+PathState = tuple[str, int, int] | tuple[str]
+_CHECKOUT_KEY = pytest.StashKey["dict[str, PathState] | None"]()
+
+
+def checkout_state() -> dict[str, PathState] | None:
+    """``git status --porcelain --ignored`` of the checkout, file by file (untracked and
+    ignored folders listed in full), without :data:`CHECKOUT_NOISE`; an ignored file (runs/,
+    report/, data/ ...) also with its modification time and size, so that a test that
+    rewrites one a user left there is seen too. None where git cannot tell (no git, not a
+    checkout)."""
+    try:
+        proc = subprocess.run(
+            ["git", "status", "--porcelain=v1", "-z", "--ignored", "--untracked-files=all"]
+            + ["--", ".", *_NOISE_SPECS],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    state: dict[str, PathState] = {}
+    entries = iter(proc.stdout.split("\0"))
+    for entry in entries:
+        if len(entry) < 4:
+            continue
+        code, path = entry[:2], entry[3:]
+        if code[0] in "RC":  # a staged rename or copy: its source path follows
+            next(entries, None)
+        if code == "!!":
+            try:
+                st = (REPO / path).lstat()
+            except OSError:
+                state[path] = (code,)
+                continue
+            state[path] = (code, st.st_mtime_ns, st.st_size)
+        else:
+            state[path] = (code,)
+    return state
+
+
+def checkout_changes(before: dict[str, PathState], after: dict[str, PathState]) -> list[str]:
+    """What changed between two :func:`checkout_state` results, one line a path: a new
+    untracked or ignored file, a tracked one modified or deleted, one rewritten, one gone."""
+
+    def what(state: PathState) -> str:
+        code = state[0]
+        if code in ("??", "!!"):
+            return "new"
+        return "deleted" if "D" in code else "modified"
+
+    lines = [f"  {what(after[p]):<9}{p}" for p in sorted(after.keys() - before.keys())]
+    both = sorted(before.keys() & after.keys())
+    lines += [f"  {'changed':<9}{p}" for p in both if before[p] != after[p]]
+    lines += [f"  {'gone':<9}{p}" for p in sorted(before.keys() - after.keys())]
+    return lines
+
+
+def _controller(config: pytest.Config) -> bool:
+    """Whether this is the process that runs the session (not a pytest-xdist worker)."""
+    return not hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _controller(session.config) and os.environ.get(NO_CHECKOUT_CHECK) != "1":
+        session.config.stash[_CHECKOUT_KEY] = checkout_state()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the session when the tests left the checkout other than they found it: every
+    test writes under its own temporary folder, never runs/, report/, data/ or graphs/."""
+    before = session.config.stash.get(_CHECKOUT_KEY, None)
+    if before is None or not _controller(session.config):
+        return
+    after = checkout_state()
+    if after is None:
+        return
+    changes = checkout_changes(before, after)
+    if not changes:
+        return
+    shown = changes[:30] + ([f"  ... and {len(changes) - 30} more"] if len(changes) > 30 else [])
+    message = "\n".join(
+        [
+            f"the test suite changed the checkout {REPO} (git status --porcelain --ignored); "
+            "every test must write under its own tmp_path:",
+            *shown,
+            f"(files edited by hand while the suite ran show here too: {NO_CHECKOUT_CHECK}=1 "
+            "leaves this check out)",
+        ]
+    )
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("=", "checkout changed", red=True)
+        reporter.write_line(message)
+    else:
+        print(message, file=sys.stderr)
+    if session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 #: Wall-clock fields of metrics and summaries: never equal between two runs.
 TIMING = ("seconds", "train_seconds", "wall_seconds", "memory")
 

@@ -27,7 +27,7 @@ SHEAF_VARIANTS: dict[str, type[SheafFRL]] = {
 
 def sheaf_frl(agent: Agent, nbr: Exchange, reporter: Reporter) -> SheafFRL:
     """Sheaf-FRL in the variant the config asks for (``sheaf.variant``)."""
-    return agent_class(agent.cfg)(agent, nbr, reporter)
+    return SHEAF_VARIANTS[agent.cfg.sheaf.variant](agent, nbr, reporter)
 
 
 DECENTRALIZED: dict[str, Callable[[Agent, Exchange, Reporter], DecentralizedAlgorithm]] = {

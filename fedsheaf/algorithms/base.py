@@ -33,6 +33,7 @@ from fedsheaf.config.sections import ExperimentConfig, TrainConfig
 from fedsheaf.graphs import Graph
 from fedsheaf.models.encoders import AgentModel
 from fedsheaf.models.seeded import rng_state, set_rng_state
+from fedsheaf.runtime import heartbeat
 from fedsheaf.sheaf.maps import transport
 from fedsheaf.util.errors import CheckpointError, FedsheafError
 from fedsheaf.util.seeding import torch_generator
@@ -152,8 +153,11 @@ def epoch_batches(n: int, batch: int, steps: int, gen: torch.Generator) -> list[
     """``steps`` batches of indices into ``n`` samples, reshuffling on each pass.
 
     Agents hold different amounts of data but take the same number of steps
-    per epoch (every step exchanges pilots); a smaller shard wraps around.
+    per epoch (every step exchanges pilots); a smaller shard wraps around. A batch
+    holds at most the ``n`` samples: ``train.batch_size`` beyond an agent's training set
+    is capped at it, as FedRep's clients cap theirs.
     """
+    batch = min(batch, n)
     need = steps * batch
     perm = torch.cat([torch.randperm(n, generator=gen) for _ in range(math.ceil(need / n))])
     return [perm[s * batch : (s + 1) * batch] for s in range(steps)]
@@ -292,6 +296,7 @@ class DecentralizedAlgorithm:
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.clip)
                 self.optimizer.step()
                 total += float(loss.detach())
+            heartbeat.beat()  # (the step watchdog: train.step_timeout)
         return total / a.steps_per_epoch
 
     def _check_finite(self, loss: torch.Tensor, epoch: int, step: int) -> None:

@@ -61,7 +61,7 @@ class FedMuscle(HubAgent):
         idx = torch.as_tensor(self.pilots.indices(epoch, step), device=a.device)
         z = self.model.encode(a.data.x_pilot[idx])
         self.hub.upload(z.detach().cpu().numpy().astype(np.float32), "pilots")
-        avg = self.hub.broadcast(None, tuple(z.shape), "pilots")
+        avg = self.hub.broadcast(None, (z.shape[0], z.shape[1]), "pilots")
         target = torch.from_numpy(avg).to(a.device)
         return self.cfg.sheaf.lam * contrastive_alignment(z, target, self.fm.temperature)
 

@@ -23,7 +23,8 @@ from fedsheaf.config.sections import ExperimentConfig
 class Hub(Protocol):
     """The star between agents and server (see ``fedsheaf.launch.hub.StarHub``)."""
 
-    n_agents: int
+    @property
+    def n_agents(self) -> int: ...
 
     def upload(self, rows: np.ndarray, kind: str) -> None: ...
 

@@ -42,6 +42,9 @@ from fedsheaf.util.hostinfo import (
     find_mpiexec,
     launcher_template,
 )
+from fedsheaf.util.log import get_logger
+
+logger = get_logger(__name__)
 
 
 def _positive_int(text: str) -> int:
@@ -201,22 +204,21 @@ def run(args: argparse.Namespace) -> int:
     tag = args.tag or default_tag(args, device, launches)
     out = Path(args.out)
     for note in notes:
-        print(f"fedsheaf bench: note: {note}", flush=True)
+        logger.info(f"fedsheaf bench: note: {note}")
     if args.dry_run:
         if args.launcher is None and find_mpiexec() is None:
-            print(
+            logger.info(
                 "fedsheaf bench: note: no mpiexec found here (run run/install.sh, load your "
-                "site MPI module, or give --launcher); shown as plain mpiexec",
-                flush=True,
+                "site MPI module, or give --launcher); shown as plain mpiexec"
             )
-        for la in launches:
+        for la in launches:  # the launches are the dry run's result: printed whatever -q
             print("\n".join(describe(la, device, args.launcher)))
         if launches:
             print(f"fedsheaf bench: results would go to {out / tag}.json and .md")
         return 0
     if not launches:
         raise ConfigError(f"nothing to run: {'; '.join(notes)}")
-    print(f"fedsheaf bench: results go to {out / tag}.json and .md", flush=True)
+    logger.info(f"fedsheaf bench: results go to {out / tag}.json and .md")
     started = dt.datetime.now().astimezone().isoformat(timespec="seconds")
     commit = source_commit(Path(__file__).resolve().parents[2])
     load_start = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
@@ -231,20 +233,18 @@ def run(args: argparse.Namespace) -> int:
             if deadline is not None:
                 left = deadline - time.perf_counter()
                 if left < 1.0:
-                    print(f"fedsheaf bench: {la.label}: skipped, --budget spent", flush=True)
+                    logger.info(f"fedsheaf bench: {la.label}: skipped, --budget spent")
                     records.append(skipped(la, "--budget spent"))
                     continue
                 la.timeout = min(la.timeout, left)
-            print(
-                f"fedsheaf bench: {la.label} ({la.ranks} ranks): {', '.join(la.cases)}", flush=True
-            )
+            logger.info(f"fedsheaf bench: {la.label} ({la.ranks} ranks): {', '.join(la.cases)}")
             log = out / "logs" / tag / f"{la.label}.log"
             rec = run_launch_retrying(la, device, args.launcher, log, Path(tmp), deadline)
             code = rec["returncode"]
             status = "ok" if code == 0 else f"exit {code}, see {rec['log']}"
             if code == 124:
                 status = f"stopped after {la.timeout:.0f} s (timeout), see {rec['log']}"
-            print(f"fedsheaf bench:   {rec['seconds']:.0f} s, {status}", flush=True)
+            logger.info(f"fedsheaf bench:   {rec['seconds']:.0f} s, {status}")
             records.append(rec)
     results, launch_records = collect(records)
     cut = [r["label"] for r in launch_records if r.get("skipped") or r["returncode"] == 124]
@@ -269,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
         "results": results,
     }
     json_path, md_path = report.write(out, tag, doc)
-    for row in report.evaluate(doc):
+    for row in report.evaluate(doc):  # the summary: the bench's result, printed whatever -q
         print(
             f"  [{row['id']:>8}] {row['where']:<28} {report.fmt(row['value']):>8}  {row['status']}"
         )

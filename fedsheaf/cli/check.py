@@ -17,7 +17,10 @@ from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.rundir.checkpoint import manifest_ranks
 from fedsheaf.rundir.preflight import check_job, finished_note, run_config
 from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.log import get_logger
 from fedsheaf.util.units import count
+
+logger = get_logger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -72,13 +75,13 @@ def job_ranks(given: int | None, cfg: ExperimentConfig) -> tuple[int, str]:
 def run(args: argparse.Namespace) -> int:
     cfg = run_config(args.config, list(args.overrides), args.resume, "fedsheaf check")
     note = finished_note(cfg)  # the job says this before anything else, whatever its size
-    if note is not None:
+    if note is not None:  # (the check's result: printed whatever -q, as the verdict below)
         print(f"fedsheaf check: {note.removeprefix('fedsheaf: ')}")
         return 0
     n, source = job_ranks(args.ranks, cfg)
     verdict = check_job(cfg, n)
     for warning in verdict.warnings:
-        print(warning)
+        logger.warning(warning)
     print(f"fedsheaf check: ok for {count(n, 'rank')}{source}: {verdict.run}")
     print(f"fedsheaf check: {verdict.action}")
     return 0

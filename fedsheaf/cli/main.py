@@ -78,6 +78,13 @@ SUBCOMMANDS = [
         "run",
         "performance benchmarks (results/bench/)",
     ),
+    (
+        "init",
+        "fedsheaf.cli.init",
+        "configure",
+        "run",
+        "copy the shipped configs/, graphs/ and slurm/ into a folder for editing",
+    ),
 ]
 
 
@@ -121,7 +128,7 @@ def chosen_command(
     build``'s parser for ``graph build ...``); ``parser`` itself if it has none."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            sub = action.choices.get(getattr(parsed, action.dest, None))
+            sub = action.choices.get(getattr(parsed, action.dest, ""))
             if isinstance(sub, argparse.ArgumentParser):
                 return chosen_command(sub, parsed)
     return parser
@@ -166,7 +173,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "algorithms (fedavg, fedrep, ...) a server rank plus 1 to federated.clients "
         "worker ranks. `fedsheaf keys` lists the config keys.",
     )
-    run.add_argument("config", nargs="?", help="experiment YAML file (configs/*.yaml)")
+    run.add_argument(
+        "config", nargs="?", help="experiment YAML file (configs/*.yaml), or a preset's name"
+    )
     run.add_argument(
         "--resume",
         metavar="RUN_DIR",
@@ -212,7 +221,7 @@ def add_verbosity(parser: argparse.ArgumentParser, after_command: bool = False) 
     )
 
 
-def _parsers(sub: argparse._SubParsersAction) -> list[argparse.ArgumentParser]:  # type: ignore[type-arg]
+def _parsers(sub: argparse._SubParsersAction) -> list[argparse.ArgumentParser]:
     """The parsers of ``sub``'s commands and of their own subcommands (``graph build``)."""
     found = []
     for parser in dict.fromkeys(sub.choices.values()):
@@ -256,7 +265,8 @@ def options_first(argv: list[str]) -> list[str]:
         return argv
     valued = VALUED_OPTIONS[command]
     head, rest = argv[: argv.index(command) + 1], argv[argv.index(command) + 1 :]
-    options, positionals = [], []
+    options: list[str] = []
+    positionals: list[str] = []
     i = 0
     while i < len(rest):
         arg = rest[i]
@@ -299,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(QUIET_RANK_GRACE)
             raise
     configure_logging(getattr(args, "verbose", 0) - getattr(args, "quiet", 0))
-    logger.debug("fedsheaf %s, Python %s: %s", __version__, sys.version.split()[0], shlex.join(argv))
+    logger.debug(
+        "fedsheaf %s, Python %s: %s", __version__, sys.version.split()[0], shlex.join(argv)
+    )
     try:
         return int(args.func(args) or 0)
     except FedsheafError as exc:

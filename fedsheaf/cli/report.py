@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from fedsheaf.ops.report import (
@@ -15,6 +16,10 @@ from fedsheaf.ops.report import (
 )
 from fedsheaf.rundir.files import is_run_dir
 from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.log import get_logger
+from fedsheaf.util.units import count
+
+logger = get_logger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -27,8 +32,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("paths", nargs="+", help="run directories or folders holding them")
     parser.add_argument(
-        "--out", help="output directory (default: <path>/report for one path, else ./report)"
+        "--out",
+        help="output directory (default: report in the folder holding the PATHS, e.g. "
+        "runs/report for runs/a runs/b or for runs/study15; never inside a run directory)",
     )
+
+
+def default_out(paths: list[str]) -> Path:
+    """Where ``fedsheaf report PATHS`` writes without ``--out``: a folder ``report`` in the
+    common parent folder of ``paths`` (beside them, not inside one), or beside the outermost
+    run directory holding that folder; relative to the working directory where it lies
+    below it."""
+    parents = [Path(os.path.abspath(p)).parent for p in paths]
+    base = Path(os.path.commonpath(parents))
+    holding = [d for d in (base, *base.parents) if is_run_dir(d)]
+    if holding:
+        base = holding[-1].parent
+    out = base / "report"
+    try:
+        return out.relative_to(Path.cwd())
+    except ValueError:
+        return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,15 +66,11 @@ def run(args: argparse.Namespace) -> int:
     )
 
     runs = find_runs(args.paths)
-    out = (
-        Path(args.out)
-        if args.out
-        else (Path(args.paths[0]) / "report" if len(args.paths) == 1 else Path("report"))
-    )
+    out = Path(args.out) if args.out else default_out(args.paths)
     if is_run_dir(out):  # its files beside a run's own, where report would find them
         raise ConfigError(
             f"--out {out} is a run directory; give the report a folder of its own (without "
-            "--out, PATH/report for one PATH)"
+            "--out, report beside the PATHS)"
         )
     said = warn_unfinished(args.paths, {r.path.resolve() for r in runs if r.summary is not None})
     note_unfinished([r.path for r in runs if r.summary is None], said)
@@ -62,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         written += write_report(records, out)
     for path in written:
         print(path)
+    logger.info(f"report: wrote {count(len(written), 'file')} to {out}")
     print(runs_table_markdown(runs), end="")
     if means:
         print("\n" + server_means_markdown(means), end="")

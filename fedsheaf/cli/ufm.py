@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,9 @@ from fedsheaf.theory.instances import load_ufm_config
 from fedsheaf.theory.plots import plot_gram_ellipses, snapshot_rounds
 from fedsheaf.theory.simulate import MODES, SimResult, SimSettings, simulate
 from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.log import get_logger
+
+logger = get_logger(__name__)
 
 __all__ = ["configure", "run", "DEFAULT_UFM_CONFIG"]
 
@@ -46,10 +48,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     d = SimSettings()
     parser.add_argument(
-        "--config",
-        default=DEFAULT_UFM_CONFIG,
-        help="UFM instance YAML (default: %(default)s)",
+        "config",
+        nargs="?",
+        metavar="CONFIG",
+        help=f"UFM instance YAML (default: {DEFAULT_UFM_CONFIG})",
     )
+    # the option of earlier versions, kept working (with a warning) and out of --help
+    parser.add_argument("--config", dest="config_option", help=argparse.SUPPRESS)
     parser.add_argument(
         "--rounds", type=int, default=None, help=f"communication rounds (default: {d.rounds})"
     )
@@ -80,7 +85,34 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lr", type=float, default=None, help=f"step size of the gd mode (default: {d.lr:g})"
     )
+    parser.add_argument(
+        "--barycenter-tol",
+        type=float,
+        default=None,
+        help="relative step at which the BW barycenter iterations stop; loosen it for "
+        f"client Grams with extreme condition numbers (default: {d.barycenter_tol:g})",
+    )
+    parser.add_argument(
+        "--barycenter-max-iter",
+        type=int,
+        default=None,
+        help=f"most BW barycenter iterations (default: {d.barycenter_max_iter})",
+    )
     parser.add_argument("--out", default="runs/ufm", help="output folder (default: %(default)s)")
+
+
+def config_argument(args: argparse.Namespace) -> str:
+    """The CONFIG ``args`` name: positional, or (deprecated, said on stderr) ``--config``."""
+    option = getattr(args, "config_option", None)
+    if option is None:
+        return args.config or DEFAULT_UFM_CONFIG
+    if args.config is not None:
+        raise ConfigError(f"ufm: the config is given twice ({args.config} and --config {option})")
+    logger.warning(
+        f"fedsheaf ufm: warning: --config is deprecated; give the config first: "
+        f"fedsheaf ufm {option}"
+    )
+    return str(option)
 
 
 def _config_path(path: str) -> Path:
@@ -115,7 +147,7 @@ def _format_table(res: SimResult) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Run the UFM simulation; print a table, write ``ufm.json`` and ``ufm_ellipses.png``."""
-    cfg = load_ufm_config(_config_path(args.config))
+    cfg = load_ufm_config(_config_path(config_argument(args)))
     overrides = {
         "rounds": args.rounds,
         "mode": args.mode,
@@ -123,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
         "gamma": args.gamma,
         "local_steps": getattr(args, "local_steps", None),
         "lr": getattr(args, "lr", None),
+        "barycenter_tol": getattr(args, "barycenter_tol", None),
+        "barycenter_max_iter": getattr(args, "barycenter_max_iter", None),
     }
     given = {k: v for k, v in overrides.items() if v is not None}
     try:
@@ -144,11 +178,10 @@ def run(args: argparse.Namespace) -> int:
     print(_format_table(res))
     start, end = res.rel_err_star[0], res.rel_err_star[-1]
     if not np.isfinite(end) or end > 1e3 * max(start, 1.0):
-        print(
+        logger.warning(
             f"ufm: warning: the iteration diverged (error to G_star {start:.3g} at round 0, "
             f"{end:.3g} at the last)"
-            + (": lower --lr or --local-steps" if settings.mode == "gd" else ""),
-            file=sys.stderr,
+            + (": lower --lr or --local-steps" if settings.mode == "gd" else "")
         )
     summary = {
         "config": str(cfg.source),

@@ -12,6 +12,7 @@ from fedsheaf.util.hostinfo import singleton_hint
 def ranks_needed(cfg: ExperimentConfig) -> tuple[int, int]:
     """The fewest and the most ranks ``cfg`` can run with (equal for a graph run)."""
     if cfg.decentralized or cfg.hub_based:
+        assert cfg.graph is not None  # ExperimentConfig.check requires it of graph runs
         n = load_graph(cfg.graph).n + (1 if cfg.hub_based else 0)
         return n, n
     return 2, cfg.federated.clients + 1

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from fedsheaf.config.bundled import find_preset
 from fedsheaf.config.schema import build, spec, to_dict
 from fedsheaf.util import yamlio
 from fedsheaf.util.errors import ConfigError
@@ -94,6 +95,14 @@ class TrainConfig:
         "auto",
         choices=("auto", "cpu", "cuda"),
         doc="auto: a GPU per node-local rank where CUDA is visible, else the CPU",
+    )
+    step_timeout: float | None = spec(
+        None,
+        lo=0.0,
+        lo_open=True,
+        doc="seconds a rank may go without finishing a step or an exchange (evaluation and "
+        "checkpoints included) before the job ends, naming the rank that holds it up (one "
+        "stopped by SIGSTOP); null: wait for ever",
     )
 
 
@@ -601,9 +610,17 @@ def read_yaml(path: str | Path, what: str = "config file") -> dict[str, Any]:
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
     """Load, override and validate an experiment config. An error about a key that an
-    override set names that override, not the file."""
+    override set names that override, not the file.
+
+    ``path`` may name a preset (``quickstart``: :func:`fedsheaf.config.bundled.find_preset`),
+    whose graph then resolves against the preset, not the current directory."""
     overrides = overrides or []
-    raw = apply_overrides(read_yaml(path), overrides)
+    preset = find_preset(path)
+    if preset is not None:
+        path = preset.path
+        raw = apply_overrides(preset.rebase(read_yaml(path)), overrides)
+    else:
+        raw = apply_overrides(read_yaml(path), overrides)
     try:
         return build(ExperimentConfig, raw)
     except ConfigError as exc:

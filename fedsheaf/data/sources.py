@@ -332,10 +332,11 @@ def data_digest(ds: Samples) -> str:
     # the samples (and real-valued targets) on a grid of 1/1024: a last-bit difference in
     # how another torch normalises the pixels does not move them (a channel's samples
     # take at most 256 values, none of them near a rounding boundary of the grid in practice)
+    # (the type: ignores: numpy's stubs give ndarray the buffer protocol on Python >= 3.12 only)
     h.update(str((tuple(ds.y.shape), tuple(ds.shape))).encode())
     y = ds.y.cpu()
-    h.update((torch.round(y * 1024).to(torch.int64) if y.is_floating_point() else y).numpy())
+    h.update((torch.round(y * 1024).to(torch.int64) if y.is_floating_point() else y).numpy())  # type: ignore[arg-type]
     for start in range(0, ds.shape[0], 4096):  # in chunks: the samples are never all floats
         chunk = ds.take(slice(start, start + 4096))
-        h.update(torch.round(chunk.cpu() * 1024).to(torch.int32).contiguous().numpy())
+        h.update(torch.round(chunk.cpu() * 1024).to(torch.int32).contiguous().numpy())  # type: ignore[arg-type]
     return h.hexdigest()

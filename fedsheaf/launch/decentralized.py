@@ -59,7 +59,7 @@ def run_decentralized(
     data = world.agree(lambda: experiment.agent_data(ds, part, world.rank, world.device))
     steps = experiment.steps_per_epoch(cfg, part)
     for warning in experiment.data_warnings(cfg, part, graph):
-        world.log(warning)
+        world.warn(warning)
     run_path = Path(cfg.output.dir) / cfg.run_name()
     # (a hub run's server checks it, and records it: it commits the checkpoints)
     digest = check_data(world, cfg, ds, run_path) if job is world else None
@@ -71,7 +71,7 @@ def run_decentralized(
     # leaves a run that output.overwrite=true would replace as it was
     algo = world.agree(lambda: (make or DECENTRALIZED[cfg.algorithm])(agent, nbr, recorder))
     if job is world:
-        run_dir = world.agree(lambda: open_run_dir(cfg, run_path), root_only=True)
+        run_dir: RunDir | None = world.agree(lambda: open_run_dir(cfg, run_path), root_only=True)
     else:  # the job checked it (and may have written its server's checkpoints since)
         run_dir = RunDir(run_path, extend=cfg.checkpoint.resume) if world.is_root else None
     recorder.run_dir = run_dir
@@ -106,6 +106,7 @@ def run_decentralized(
     peaks = world.peak_memory()  # (a hub's agents: not its server)
     if not world.is_root or recorder.last is None or peaks is None:
         return None
+    assert run_dir is not None  # the root rank's (None on the others)
     final = recorder.last
     summary = {k: v for k, v in final.items() if k != "agents"}
     summary.update(

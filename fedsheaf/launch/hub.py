@@ -34,8 +34,8 @@ from fedsheaf.rundir.lifecycle import (
 )
 from fedsheaf.rundir.preflight import hub_graph
 from fedsheaf.runtime import experiment
-from fedsheaf.runtime.star import Star, StarHub, agent_world, split_off_server
-from fedsheaf.runtime.world import UserErrorExit, World
+from fedsheaf.runtime.star import SERVER, Star, StarHub, agent_world, split_off_server
+from fedsheaf.runtime.world import UserErrorExit, World, note_role
 
 
 def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
@@ -60,6 +60,7 @@ def run_hub(cfg: ExperimentConfig, world: World) -> dict[str, Any] | None:
         n_pilots=len(part.pilots),
     )
     hub = StarHub(Star(world.comm))
+    note_role(SERVER, "the server")  # (named so where the job's last words name it)
     agents_comm = split_off_server(world)
     if world.rank == 0:
         server = HUB_SERVERS[cfg.algorithm](ctx, hub)

@@ -22,6 +22,7 @@ from fedsheaf.runtime.world import (
     init_world,
     leaving,
     refuse_unusable_gpus,
+    watch_steps,
 )
 from fedsheaf.util.errors import FedsheafError
 
@@ -32,9 +33,10 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
     cfg = world.agree(lambda: run_config(config_path, overrides, resume_dir))
     # again, now MPI is up
     stop_request.install(checkpoints=cfg.checkpoint.every > 0, announce=world.is_root)
+    world.agree(lambda: watch_steps(cfg.train.step_timeout))  # (armed once training begins)
     warning = ignored_warning(cfg)
     if warning is not None:
-        world.log(warning)
+        world.warn(warning)
     run_path = Path(cfg.output.dir) / cfg.run_name()
     claim = world.agree(lambda: claim_run_dir(cfg, run_path), root_only=True)
     note = world.bcast(claim)
@@ -64,7 +66,7 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
         sys.excepthook(type(exc), exc, exc.__traceback__)
     except stop_request.StopRequested:  # on every rank at once, rank 0 has said so
         leaving()
-        return stop_request.STOPPED_EXIT
+        return stop_request.exit_status()  # (0 under a launcher: a planned stop, no crash)
     world.barrier()
     leaving()
     return 0

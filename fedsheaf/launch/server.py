@@ -96,11 +96,14 @@ from fedsheaf.rundir.lifecycle import (
     settle_config,
 )
 from fedsheaf.rundir.preflight import describe_server_run, fingerprint_data, per_round
-from fedsheaf.runtime.star import NO_CLIENT, Star
-from fedsheaf.runtime.world import World
+from fedsheaf.runtime.star import NO_CLIENT, SERVER, Star
+from fedsheaf.runtime.world import World, note_role
 from fedsheaf.util import memory
 from fedsheaf.util.errors import CheckpointError, ConfigError
+from fedsheaf.util.log import CHOSEN, get_logger
 from fedsheaf.util.units import count, human_bytes
+
+logger = get_logger(__name__)
 
 #: Byte-counter kind of the runtime's own exchanges (placement).
 PLUMBING = "placement"
@@ -243,6 +246,7 @@ class Rounds:
             got_info = star.gather(info, "control", counts)
             order = _client_order(got_info)  # the server's: rows arrive as workers trained
             if server:
+                assert got_info is not None  # (the workers' gather returns None)
                 got_info = got_info[order]
             extra: dict[str, Any] = {}
             if self.size:
@@ -251,12 +255,13 @@ class Rounds:
                 if self.replicates:  # the workers, while the server averages
                     self._share_states(where)
                 if server:
+                    assert got is not None and got_info is not None
                     got = got[order]
                     w_new = self._aggregate(got, got_info)
                     extra = self.task.server_round(t, w, got, got_info, w_new)
                 else:
                     w_new = None
-                w = star.bcast(w_new if server else np.empty_like(w), "params")
+                w = star.bcast(w_new if w_new is not None else np.empty_like(w), "params")
             elif self.replicates:
                 self._share_states(where)
             trained = time.perf_counter() - start
@@ -267,6 +272,7 @@ class Rounds:
                 record["selected"] = [int(c) for c in sel]
                 record.update(extra)
                 down = len(sel) * w.nbytes + (self._setup_down if t == 0 else 0)
+                assert got_info is not None
                 self._record(record, got_info, start, trained, down)
             self.w, self.rounds_done = w, t + 1
             if after_round is not None:
@@ -287,6 +293,7 @@ class Rounds:
         record: dict[str, Any] = {"round": r + 1, "final": True}
         record.update(self._evaluate(w) or {})
         if self.star.is_server:
+            assert got_info is not None
             got_info = got_info[_client_order(got_info)]
             self._record(record, got_info, start, trained, self.fc.clients * w.nbytes)
 
@@ -414,7 +421,7 @@ class Rounds:
             f"  {record['seconds']:.1f}s  up {human_bytes(record['bytes_up'], compact=True)}"
             f"  down {human_bytes(record['bytes_down'], compact=True)}"
         )
-        print(msg, flush=True)
+        logger.info(msg, extra=CHOSEN)  # (the server: rank 0)
 
 
 def _client_order(info: np.ndarray | None) -> np.ndarray | None:
@@ -434,6 +441,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         lambda: fingerprint_data(cfg, task.fingerprint(), run_path), root_only=True
     )
     star = Star(world.comm)
+    note_role(SERVER, "the server")  # (named so where the job's last words name it)
     runner = build_runner(cfg, world, task, star)
     run_dir = world.agree(lambda: open_run_dir(cfg, run_path), root_only=True)
     rounds = Rounds(cfg, star, runner, run_dir, task)

@@ -75,6 +75,11 @@ class Whitening(nn.Module):
         Added to variances / covariance eigenvalues.
     """
 
+    # buffers (registered in __init__; running_var or running_cov, by mode)
+    running_mean: Tensor
+    running_var: Tensor
+    running_cov: Tensor
+
     def __init__(
         self, d: int, mode: str = "standardize", momentum: float = 0.1, eps: float = 1e-5
     ) -> None:

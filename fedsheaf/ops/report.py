@@ -24,7 +24,7 @@ import csv
 import io
 import math
 import statistics
-import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,9 @@ from fedsheaf.ops.report_runs import csv_cell, readable, seed_independent
 from fedsheaf.rundir.files import outermost_runs, read_json_object
 from fedsheaf.util.atomic import atomic_write_text, save_figure
 from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.log import get_logger
+
+logger = get_logger(__name__)
 
 METRICS = ("private_acc", "comm_acc", "comm_acc_deg")
 LAMBDA_FREE = ("noncoop",)
@@ -146,7 +149,7 @@ def _hashable(value: Any) -> Any:
     return value
 
 
-def collect(paths: list[str | Path]) -> list[RunRecord]:
+def collect(paths: Sequence[str | Path]) -> list[RunRecord]:
     """Every finished run (summary.json + config.yaml) at or below ``paths``."""
     roots = [Path(p) for p in paths]
     for r in roots:
@@ -192,12 +195,11 @@ def collect(paths: list[str | Path]) -> list[RunRecord]:
     warn_repeated_seeds(records)
     warn_mixed_experiments(records)
     if len(datasets) > 1:
-        print(
+        logger.warning(
             f"report: warning: the runs use {len(datasets)} datasets "
             f"({', '.join(sorted(datasets))}); "
             "the comparison averages a method's runs across them: report each dataset's runs "
-            "on their own",
-            file=sys.stderr,
+            "on their own"
         )
     return records
 
@@ -212,10 +214,9 @@ def warn_repeated_seeds(records: list[RunRecord]) -> None:
     for (method, _, _, seed), group in same.items():
         if len(group) > 1:
             names = ", ".join(str(r.path) for r in group)
-            print(
+            logger.warning(
                 f"report: warning: {len(group)} {method} runs with the same setting and seed "
-                f"{seed} are averaged as if they were different seeds: {names}",
-                file=sys.stderr,
+                f"{seed} are averaged as if they were different seeds: {names}"
             )
 
 
@@ -241,10 +242,9 @@ def warn_mixed_experiments(records: list[RunRecord]) -> None:
             for k in differ[:4]
         ) + ("; ..." if len(differ) > 4 else "")
         names = ", ".join(str(r.path) for r in group)
-        print(
+        logger.warning(
             f"report: warning: {len(group)} {method} runs averaged as seeds of one setting "
-            f"differ in {shown}: {names}",
-            file=sys.stderr,
+            f"differ in {shown}: {names}"
         )
 
 
@@ -257,11 +257,10 @@ def warn_unfinished(paths: list[str | Path], finished: set[Path]) -> set[Path]:
     missing = sorted(d for d in planned if d not in finished)
     if missing:
         shown = ", ".join(d.name for d in missing[:5]) + (", ..." if len(missing) > 5 else "")
-        print(
+        logger.warning(
             f"report: warning: {len(missing)} of the {len(planned)} runs the sweep planned "
             f"(study.json) have no readable summary.json (failed, unfinished or not run) and "
-            f"are left out: {shown}",
-            file=sys.stderr,
+            f"are left out: {shown}"
         )
     return set(missing)
 
@@ -273,11 +272,10 @@ def note_unfinished(unfinished: list[Path], said: set[Path]) -> None:
     left = [d for d in unfinished if d.resolve() not in said]
     if left:
         shown = ", ".join(d.name for d in left[:5]) + (", ..." if len(left) > 5 else "")
-        print(
+        logger.warning(  # (a note, said with the warnings on standard error)
             f"report: note: {len(left)} of the runs found have no summary.json yet "
             "(running, stopped, failed or interrupted: their status is in the runs table) "
-            f"and are left out of the means and the comparison: {shown}",
-            file=sys.stderr,
+            f"and are left out of the means and the comparison: {shown}"
         )
 
 

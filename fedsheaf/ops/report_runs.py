@@ -22,7 +22,6 @@ import csv
 import io
 import math
 import statistics
-import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,7 +41,10 @@ from fedsheaf.rundir.files import (
 )
 from fedsheaf.util.atomic import atomic_write_text, save_figure
 from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.log import get_logger
 from fedsheaf.util.units import count, human_bytes
+
+logger = get_logger(__name__)
 
 T = TypeVar("T")
 
@@ -119,12 +121,10 @@ def load_run(path: str | Path) -> RunInfo:
     records = read_metrics(metrics, damaged) if metrics.is_file() else []
     if damaged:
         lines = ", ".join(map(str, damaged[:5])) + (", …" if len(damaged) > 5 else "")
-        print(
+        logger.warning(
             f"report: warning: {metrics}: {count(len(damaged), 'damaged line')} ({lines}) "
             "left out, so this run's totals leave out those records (resuming the run "
-            "rewrites the file from its checkpoint)",
-            file=sys.stderr,
-            flush=True,
+            "rewrites the file from its checkpoint)"
         )
     summary = None
     if (path / "summary.json").is_file():
@@ -187,7 +187,7 @@ def readable(dirs: list[Path], read: Callable[[Path], T]) -> list[T]:
             out.append(read(d))
         except ConfigError as exc:
             skipped.append(str(exc))
-            print(f"report: warning: skipping {d}: {exc}", file=sys.stderr, flush=True)
+            logger.warning(f"report: warning: skipping {d}: {exc}")
     if skipped and not out:
         raise ConfigError(skipped[0])
     return out
@@ -578,11 +578,10 @@ def _warn_repeated_seeds(group: SeedGroup) -> None:
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     if repeated:
         names = ", ".join(str(r.path) for r in group.runs)
-        print(
+        logger.warning(
             f"report: warning: {len(group.runs)} {group.algorithm} runs of one setting share "
             f"seed {', '.join(repeated)} and are averaged as if they were different seeds: "
-            f"{names}",
-            file=sys.stderr,
+            f"{names}"
         )
 
 

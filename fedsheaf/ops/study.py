@@ -37,6 +37,7 @@ from typing import Any
 
 import yaml
 
+from fedsheaf.config.bundled import STUDY_PATHS, find_preset, lookup
 from fedsheaf.config.ranks import check_ranks, rank_range, ranks_needed
 from fedsheaf.config.sections import (
     ExperimentConfig,
@@ -384,14 +385,27 @@ def check_sweep_dir(out: Path, study: str) -> None:
 
 
 def _expand(path: Path, extra: list[str], scratch: Path, output: str | Path | None) -> Study:
+    shipped = find_preset(path, what="study file")  # `fedsheaf sweep study15_sweep`
+    if shipped is not None:
+        path = shipped.path
     where = f"study file {path}"
     raw = read_yaml(path, what="study file")
+    if shipped is not None:  # its run config is one of the presets
+        raw = shipped.rebase(raw, STUDY_PATHS)
     _unknown(raw, STUDY_KEYS, where)
     for key in ("study", "config", "axis", "methods"):
         if raw.get(key) is None:
             raise ConfigError(f"{where} needs key '{key}'")
     name = str(raw["study"])
     base = _path(raw, "config", where)
+    # a preset's runs name their config as a preset (`fedsheaf run mnist15 ...`), whose
+    # graph then resolves against the presets wherever the run starts
+    run_config = base
+    by_name = lookup(base)
+    if by_name is not None:  # `config: mnist15` in any study
+        base, run_config = by_name.path, Path(by_name.name)
+    elif shipped is not None and base.parent == shipped.root / "configs":
+        run_config = Path(base.stem) if base.suffix == ".yaml" else base
     if not base.is_file() and not base.is_dir():
         raise ConfigError(
             f"{where}: run config {base} does not exist{relative_hint(base)}; a study's "
@@ -444,7 +458,7 @@ def _expand(path: Path, extra: list[str], scratch: Path, output: str | Path | No
             cfg_path, check_path = out / written, scratch / written
             axis_over: list[str] = []
         else:
-            cfg_path = check_path = base
+            cfg_path = check_path = run_config
             axis_over = [f"{axis['key']}={_yaml_value(value)}"]
         for m in methods:
             for gp, seed in itertools.product(m.points(), seeds):

@@ -20,6 +20,7 @@ from fedsheaf.ops.study import (
     Run,
     Study,
 )
+from fedsheaf.rundir.files import read_stop
 from fedsheaf.util.atomic import atomic_write_json, atomic_write_text
 from fedsheaf.util.errors import ConfigError, DataError, refuse_blocked_path
 from fedsheaf.util.hostinfo import (
@@ -27,7 +28,10 @@ from fedsheaf.util.hostinfo import (
     launcher_words,
     local_launcher,
 )
+from fedsheaf.util.log import get_logger
 from fedsheaf.util.units import count
+
+logger = get_logger(__name__)
 
 
 def restart_overrides(run: Run, force: bool) -> list[str] | None:
@@ -82,7 +86,8 @@ def error_line(log: Path) -> str | None:
 
 
 def run_local(study: Study, force: bool = False) -> int:
-    """Run every unfinished run in sequence; return the number of failures.
+    """Run every unfinished run in sequence; return the number of failures (a run stopped
+    on request, which exits 0, counts: it is not done).
 
     A run that fails has its error line printed; when two runs in a row are refused
     with the same error (exit 2: a cause common to the study, such as a missing data
@@ -99,40 +104,46 @@ def run_local(study: Study, force: bool = False) -> int:
         label = f"[{k}/{len(study.runs)}] {run.name}"
         extra = restart_overrides(run, force)
         if extra is None:
-            print(f"{label}: finished earlier, skipped", flush=True)
+            logger.info(f"{label}: finished earlier, skipped")
             continue
         launcher, env = local_launcher(run.ranks)
         argv = run.argv(launcher, fedsheaf) + extra
-        print(f"{label}: {count(run.ranks, 'rank')} ...", flush=True)
+        logger.info(f"{label}: {count(run.ranks, 'rank')} ...")
+        logger.debug(f"{label}: {shlex.join(argv)}")
         start = time.perf_counter()
         try:
             code = launch_retrying(argv, env, logs, run.name, label)
         except (KeyboardInterrupt, Terminated) as exc:
-            why = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)
-            print(f"{label}: stopped by {why}, its job with it; {after_interrupt(run)}", flush=True)
+            why: str | None = "SIGINT" if isinstance(exc, KeyboardInterrupt) else str(exc)
+            logger.warning(f"{label}: stopped by {why}, its job with it; {after_interrupt(run)}")
             raise
         seconds = time.perf_counter() - start
         timings[run.name] = round(seconds, 1)
+        stopped = read_stop(Path(run.dir)) if code == 0 else None
+        if stopped is not None:  # a planned stop exits 0: the run is not done
+            failed.append(run.name)
+            last_refusal = None
+            logger.warning(f"{label}: {stopped}; run the sweep again to continue it")
+            continue
         if code == 0:
             last_refusal = None
-            print(f"{label}: done in {seconds:.0f} s", flush=True)
+            logger.info(f"{label}: done in {seconds:.0f} s")
             continue
         failed.append(run.name)
-        print(f"{label}: FAILED (exit {code}); see {logs / (run.name + '.log')}", flush=True)
+        logger.error(f"{label}: FAILED (exit {code}); see {logs / (run.name + '.log')}")
         why = error_line(logs / f"{run.name}.log")
         if why is not None:
-            print(f"{label}:   {why}", flush=True)
+            logger.error(f"{label}:   {why}")
         if code == 2 and why is not None and why == last_refusal:
-            print(
+            logger.error(
                 f"sweep {study.name}: stopped: two runs in a row were refused with the same "
-                "error; fix it and run the sweep again (finished runs are skipped)",
-                flush=True,
+                "error; fix it and run the sweep again (finished runs are skipped)"
             )
             break
         last_refusal = why if code == 2 else None
     total = time.perf_counter() - start_all
     record_timings(study.output / "timings.json", timings, total)
-    print(
+    print(  # the sweep's result: said whatever -q
         f"sweep {study.name}: {count(len(timings), 'run')} in {total / 60:.1f} min, "
         f"{len(failed)} failed"
     )
@@ -151,10 +162,9 @@ def launch_retrying(argv: list[str], env: dict[str, str], logs: Path, name: str,
     code = launch_logged(argv, env, log)
     if code != 0 and failed_to_start(log.read_text(errors="replace"), started="fedsheaf: "):
         log.replace(failed_log)
-        print(
+        logger.info(
             f"{label}: mpiexec failed to start the job (exit {code}, see {failed_log}); "
-            "retrying once",
-            flush=True,
+            "retrying once"
         )
         code = launch_logged(argv, env, log)
     return code
@@ -181,7 +191,7 @@ def record_timings(path: Path, timings: dict[str, float], seconds: float) -> Non
             old = json.loads(path.read_text())
             runs = {str(k): float(v) for k, v in (old.get("runs") or {}).items()}
         except (ValueError, TypeError, AttributeError):
-            print(f"sweep: {path} is not a timings file; starting it afresh", flush=True)
+            logger.info(f"sweep: {path} is not a timings file; starting it afresh")
     runs.update(timings)
     atomic_write_json(
         path,

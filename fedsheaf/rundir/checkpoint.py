@@ -5,7 +5,8 @@ Layout inside a run directory::
     checkpoints/
       epoch-0004/rank-0.pt … rank-{N-1}.pt
       epoch-0005/rank-0.pt … rank-{N-1}.pt
-      latest.json      {"epoch": 5, "n_ranks": N, "epochs": [4, 5]}
+      latest.json      {"epoch": 5, "n_ranks": N, "epochs": [4, 5],
+                        "files": {"5": {"rank-0.pt": {"sha256": ..., "bytes": ...}, ...}, ...}}
 
 Protocol (driven by :mod:`fedsheaf.rundir.lifecycle`): after an epoch every rank
 writes its own file with :func:`save_rank` (atomically: temp file + rename);
@@ -15,16 +16,23 @@ newest. A checkpoint exists for a reader only once the manifest names it, so a
 job killed at any moment leaves the previous complete checkpoint usable.
 :func:`latest` returns the newest listed checkpoint whose rank files are all on
 disk. Nothing here knows about MPI.
+
+Every rank hashes its file as it writes it (:func:`save_rank`); the manifest that commits
+an epoch records each file's SHA-256 and size, and :func:`load_rank` checks them before
+it reads a file: torch does not check its archives' checksums, so bytes garbled on disk
+would otherwise load as wrong numbers. Manifests from before fedsheaf recorded digests
+load as they are.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import shutil
+import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -82,6 +90,9 @@ class Checkpoint:
     run_dir: Path
     epoch: int
     n_ranks: int
+    #: What the manifest recorded of each rank file (``{"rank-0.pt": {"sha256", "bytes"}}``),
+    #: checked before the file is read; None: nothing recorded (an older manifest).
+    files: dict[str, dict[str, Any]] | None = field(default=None, compare=False)
 
     @property
     def path(self) -> Path:
@@ -111,10 +122,48 @@ def due(epochs_done: int, every: int, last: int | None = None) -> bool:
 
 
 # ---- writing ---------------------------------------------------------------
-def save_rank(run_dir: str | Path, epoch: int, rank: int, state: dict[str, Any]) -> Path:
-    """Atomically write one rank's state for ``epoch``; returns the file."""
+class _Hashing:
+    """A file being written, hashed on the way (what torch.save writes to)."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.fh = fh
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += memoryview(data).nbytes
+        return self.fh.write(data)
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def file_digest(path: str | Path) -> dict[str, Any]:
+    """``{"sha256": ..., "bytes": ...}`` of the file ``path``, read from disk."""
+    sha, size = hashlib.sha256(), 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            sha.update(chunk)
+            size += len(chunk)
+    return {"sha256": sha.hexdigest(), "bytes": size}
+
+
+def save_rank(run_dir: str | Path, epoch: int, rank: int, state: dict[str, Any]) -> dict[str, Any]:
+    """Atomically write one rank's state for ``epoch``; returns what :func:`commit` records
+    of the file, ``{"sha256": ..., "bytes": ...}``, hashed as it was written."""
     payload = {"format": FORMAT, "epoch": epoch, "rank": rank, **state}
-    return write_atomic(rank_file(run_dir, epoch, rank), lambda fh: torch.save(payload, fh))
+    hashing: list[_Hashing] = []
+
+    def write(fh: IO[bytes]) -> None:
+        hashing.append(_Hashing(fh))
+        # (torch's stub wants IO[bytes]; torch.save needs only write() and flush())
+        torch.save(payload, hashing[-1])  # type: ignore[arg-type]
+
+    path = write_atomic(rank_file(run_dir, epoch, rank), write)
+    if hashing[-1].size != path.stat().st_size:  # (torch wrote around the stream)
+        return file_digest(path)
+    return {"sha256": hashing[-1].sha.hexdigest(), "bytes": hashing[-1].size}
 
 
 #: What to do about a damaged manifest, which no resume can do without.
@@ -137,9 +186,24 @@ def _read_manifest(run_dir: str | Path) -> dict[str, Any] | None:
         or not isinstance(data.get("n_ranks"), int)
         or not isinstance(data.get("epochs"), list)
         or not all(isinstance(e, int) for e in data["epochs"])
+        or not _digests_ok(data.get("files", {}))
     ):
         raise CheckpointError(f"checkpoint manifest {path} is malformed{_LOST}")
     return data
+
+
+def _digests_ok(files: Any) -> bool:
+    """Whether a manifest's ``files`` is ``{epoch: {rank file: {"sha256", "bytes"}}}``."""
+    return isinstance(files, dict) and all(
+        isinstance(per_epoch, dict)
+        and all(
+            isinstance(rec, dict)
+            and isinstance(rec.get("sha256"), str)
+            and isinstance(rec.get("bytes"), int)
+            for rec in per_epoch.values()
+        )
+        for per_epoch in files.values()
+    )
 
 
 def manifest_ranks(run_dir: str | Path) -> int | None:
@@ -155,6 +219,7 @@ def commit(
     keep: int = 2,
     experiment: dict[str, Any] | None = None,
     data: str | None = None,
+    files: list[dict[str, Any] | None] | None = None,
 ) -> Checkpoint:
     """Record ``epoch`` as complete (call once every rank has saved) and prune old ones.
 
@@ -163,16 +228,28 @@ def commit(
     ``experiment``: the settings the checkpoints were written under
     (:func:`fedsheaf.rundir.resume.experiment_keys`), for :func:`recorded_experiment`; ``data``:
     the data set's fingerprint (:func:`fedsheaf.data.sources.data_digest`), for
-    :func:`recorded_data`.
+    :func:`recorded_data`; ``files``: what each rank's :func:`save_rank` returned, by rank
+    (None: the rank files are hashed here, as they are on disk now).
     """
     manifest = _read_manifest(run_dir)
     previous = manifest["epochs"] if manifest else []
     epochs = sorted({e for e in previous if e < epoch} | {epoch})[-keep:]
+    kept = set(map(str, epochs))
+    digests = {k: v for k, v in (manifest or {}).get("files", {}).items() if k in kept}
+    if files is None:
+        files = [
+            file_digest(f) if (f := rank_file(run_dir, epoch, r)).is_file() else None
+            for r in range(n_ranks)
+        ]
+    digests[str(epoch)] = {
+        rank_file(run_dir, epoch, r).name: rec for r, rec in enumerate(files) if rec is not None
+    }
     record: dict[str, Any] = {
         "format": FORMAT,
         "epoch": epoch,
         "n_ranks": n_ranks,
         "epochs": epochs,
+        "files": digests,
     }
     if experiment is not None:
         record["experiment"] = experiment
@@ -182,8 +259,8 @@ def commit(
     for folder in checkpoints_dir(run_dir).glob("epoch-*"):
         number = _epoch_of(folder)
         if number is not None and number not in epochs and number <= epoch:
-            shutil.rmtree(folder, ignore_errors=True)
-    return Checkpoint(Path(run_dir), epoch, n_ranks)
+            _remove_epoch(folder)
+    return Checkpoint(Path(run_dir), epoch, n_ranks, digests[str(epoch)])
 
 
 def _recorded(run_dir: str | Path, key: str, kind: type) -> Any:
@@ -215,12 +292,31 @@ def forget_after(run_dir: str | Path, epoch: int) -> None:
         return
     manifest["epochs"] = [e for e in manifest["epochs"] if e <= epoch]
     manifest["epoch"] = epoch
+    kept = set(map(str, manifest["epochs"]))
+    manifest["files"] = {k: v for k, v in manifest.get("files", {}).items() if k in kept}
     atomic_write_json(checkpoints_dir(run_dir) / MANIFEST, manifest)
 
 
 def _epoch_of(folder: Path) -> int | None:
     tail = folder.name.removeprefix("epoch-")
     return int(tail) if tail.isdigit() else None
+
+
+#: The names fedsheaf gives the files of a checkpoint folder: the rank files, and the
+#: temporary files an atomic write of one leaves when its job is killed.
+_RANK_FILE = re.compile(r"rank-\d+\.pt|\.rank-\d+\.pt\.[0-9a-f]+\.tmp")
+
+
+def _remove_epoch(folder: Path) -> None:
+    """Delete what fedsheaf wrote in checkpoint folder ``folder``, then the folder if that
+    leaves it empty: whatever else somebody put there stays."""
+    try:
+        for f in folder.iterdir():
+            if _RANK_FILE.fullmatch(f.name) and f.is_file():
+                f.unlink(missing_ok=True)
+        folder.rmdir()
+    except OSError:
+        pass  # (not empty, or gone already)
 
 
 # ---- reading ---------------------------------------------------------------
@@ -230,6 +326,13 @@ def complete(run_dir: str | Path, n_ranks: int) -> list[Checkpoint]:
     Complete means: listed in the manifest and every rank file present. A
     manifest written by a job with another rank count is an error.
     """
+    return [ckpt for ckpt in listed(run_dir, n_ranks) if missing_file(ckpt) is None]
+
+
+def listed(run_dir: str | Path, n_ranks: int) -> list[Checkpoint]:
+    """The checkpoints the manifest of ``run_dir`` names, newest first, whether or not
+    their files are all still there (a resume says which one is missing: :func:`load_rank`);
+    a manifest written by a job with another rank count is an error."""
     manifest = _read_manifest(run_dir)
     if manifest is None:
         return []
@@ -238,12 +341,16 @@ def complete(run_dir: str | Path, n_ranks: int) -> list[Checkpoint]:
             f"cannot resume {run_dir}: its checkpoints hold {manifest['n_ranks']} ranks "
             f"but this job has {n_ranks}"
         )
-    found = []
-    for epoch in sorted(manifest["epochs"], reverse=True):
-        ckpt = Checkpoint(Path(run_dir), epoch, n_ranks)
-        if all(ckpt.rank_file(r).is_file() for r in range(n_ranks)):
-            found.append(ckpt)
-    return found
+    digests = manifest.get("files", {})
+    return [
+        Checkpoint(Path(run_dir), epoch, n_ranks, digests.get(str(epoch)))
+        for epoch in sorted(manifest["epochs"], reverse=True)
+    ]
+
+
+def missing_file(ckpt: Checkpoint) -> Path | None:
+    """The first of ``ckpt``'s rank files that is not on disk (None: none)."""
+    return next((f for r in range(ckpt.n_ranks) if not (f := ckpt.rank_file(r)).is_file()), None)
 
 
 def latest(run_dir: str | Path, n_ranks: int) -> Checkpoint | None:
@@ -271,9 +378,37 @@ def _torch_reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-def load_rank(ckpt: Checkpoint, rank: int) -> dict[str, Any]:
-    """One rank's saved state (tensors on CPU)."""
+def check_rank_file(ckpt: Checkpoint, rank: int) -> None:
+    """Refuse rank ``rank``'s file of ``ckpt`` if it is missing, or if its size or SHA-256
+    differ from what the manifest recorded when it was written (a file cut short, bytes
+    garbled on disk): torch would load garbled tensor bytes without a word."""
     path = ckpt.rank_file(rank)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file {path} is missing")
+    recorded = (ckpt.files or {}).get(path.name)
+    if recorded is None:
+        return  # written before fedsheaf recorded digests
+    size = path.stat().st_size
+    if size < recorded["bytes"]:
+        raise CheckpointError(
+            f"checkpoint file {path} is truncated ({size} of its {recorded['bytes']} bytes)"
+        )
+    if size != recorded["bytes"]:
+        raise CheckpointError(
+            f"checkpoint file {path} is damaged ({size} bytes, not the {recorded['bytes']} written)"
+        )
+    if file_digest(path)["sha256"] != recorded["sha256"]:
+        raise CheckpointError(
+            f"checkpoint file {path} is damaged (sha256 mismatch: its bytes changed since "
+            "it was written)"
+        )
+
+
+def load_rank(ckpt: Checkpoint, rank: int) -> dict[str, Any]:
+    """One rank's saved state (tensors on CPU), once :func:`check_rank_file` has found it
+    as it was written."""
+    path = ckpt.rank_file(rank)
+    check_rank_file(ckpt, rank)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except OSError as exc:
@@ -310,8 +445,21 @@ def refuse_unfinished(run_dir: str | Path) -> None:
 
 def delete_checkpoints(run_dir: str | Path) -> None:
     """Before a run starts over in ``run_dir`` (``output.overwrite``): its earlier
-    checkpoints go (results.RunDir deletes the metrics)."""
-    shutil.rmtree(checkpoints_dir(run_dir), ignore_errors=True)
+    checkpoints go (results.RunDir deletes the metrics). Only what fedsheaf writes
+    there is deleted (rank files, the manifest, temporary files of either); other files
+    stay, with the folders that hold them."""
+    root = checkpoints_dir(run_dir)
+    if not root.is_dir():
+        return
+    for folder in root.glob("epoch-*"):
+        if _epoch_of(folder) is not None and folder.is_dir():
+            _remove_epoch(folder)
+    for f in [root / MANIFEST, *root.glob(f".{MANIFEST}.*.tmp")]:
+        f.unlink(missing_ok=True)
+    try:
+        root.rmdir()
+    except OSError:
+        pass  # somebody else's files stay
 
 
 def rewrite_metrics(path: str | Path, records: list[dict[str, Any]]) -> None:
@@ -343,5 +491,3 @@ def unevaluated(records: list[dict[str, Any]], wanted: range, counter: str, key:
     """
     evaluated = {r[counter]: key in r for r in records if not r.get("final")}
     return [t for t in wanted if t in evaluated and not evaluated[t]]
-
-

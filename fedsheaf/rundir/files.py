@@ -9,20 +9,30 @@ Layout of a run directory::
     summary.prev.json  while a finished run is trained longer: its earlier summary
     checkpoints/       see fedsheaf.rundir.checkpoint
     .fedsheaf.lock     held by the job writing into it (fedsheaf.rundir.run_lock)
+    .fedsheaf-run.json fedsheaf's mark: {"format", "created", "fedsheaf"}, written first
+
+fedsheaf writes only into a directory that is new, empty or its own (:func:`owned`), and
+``output.overwrite`` deletes only the files it writes: whatever else is there stays.
 """
 
 from __future__ import annotations
 
 import datetime
+import errno
 import json
 import os
 import uuid
 from pathlib import Path
 from typing import Any
 
+from fedsheaf import __version__
+from fedsheaf.config.sections import ALGORITHMS, read_yaml
 from fedsheaf.rundir import run_lock
 from fedsheaf.util.atomic import atomic_write_json, atomic_write_text, json_safe
 from fedsheaf.util.errors import ConfigError, WriteError
+from fedsheaf.util.log import get_logger
+
+logger = get_logger(__name__)
 
 #: What a rank writes into its run directory when an error ends the job
 #: (:mod:`fedsheaf.runtime.world`'s abort hook): ``{"rank", "error", "time"}``.
@@ -53,18 +63,63 @@ def outermost_runs(dirs: set[Path]) -> list[Path]:
         if outer is None:
             kept.append(d)
         else:
-            print(f"report: skipping {d}: it lies inside the run directory {outer}")
+            logger.info(f"report: skipping {d}: it lies inside the run directory {outer}")
     return kept
 
 
-def check_not_foreign(path: str | Path) -> None:
-    """Refuse a run directory inside another run's, or one that exists, holds files and is
-    not a fedsheaf run's.
+#: fedsheaf's mark on a run directory: ``{"format", "created", "fedsheaf"}``, written
+#: atomically by the job's root before anything else in a new run directory
+#: (:func:`mark`); a directory holding it is a fedsheaf run's.
+MARKER = ".fedsheaf-run.json"
 
-    A run directory holds ``config.yaml`` (written before the first epoch), ``metrics.jsonl``,
-    ``summary.json`` or ``checkpoints/``; files without any of them are somebody
-    else's: a run would mix its results in (and ``output.overwrite`` delete some).
-    """
+#: The run-directory format :data:`MARKER` names; a greater one is a newer fedsheaf's.
+MARKER_FORMAT = 1
+
+
+def _marker_format(path: Path) -> int | None:
+    """The format :data:`MARKER` in ``path`` names (None: none, or one that cannot be
+    read, which :func:`mark` replaces)."""
+    try:
+        note = read_json_object(path / MARKER)
+    except (ConfigError, OSError):
+        return None
+    found = note.get("format")
+    return found if isinstance(found, int) and not isinstance(found, bool) else None
+
+
+def is_fedsheaf_config(path: Path) -> bool:
+    """Whether ``path`` is a YAML mapping naming one of fedsheaf's algorithms (a run's
+    config.yaml, however old; not another tool's)."""
+    try:
+        raw = read_yaml(path)
+    except ConfigError:
+        return False
+    return isinstance(raw.get("algorithm"), str) and raw["algorithm"] in ALGORITHMS
+
+
+def owned(path: Path) -> bool:
+    """Whether the existing directory ``path`` is a fedsheaf run's: it holds
+    :data:`MARKER`; or, written before fedsheaf marked its run directories, the run's
+    lock file (:data:`fedsheaf.rundir.run_lock.LOCK_FILE`), or a fedsheaf config.yaml
+    beside one of :data:`RUN_MARKS`."""
+    if _marker_format(path) is not None or (path / run_lock.LOCK_FILE).exists():
+        return True
+    return is_run_dir(path) and is_fedsheaf_config(path / "config.yaml")
+
+
+def mark(path: Path) -> None:
+    """Write :data:`MARKER` into run directory ``path`` unless a readable one is there (a
+    new run directory, or one an earlier fedsheaf wrote, now resumed or replaced)."""
+    if _marker_format(path) is None:
+        note = {"format": MARKER_FORMAT, "created": _now(), "fedsheaf": __version__}
+        atomic_write_json(path / MARKER, note)
+
+
+def check_not_foreign(path: str | Path) -> None:
+    """Refuse a run directory inside another run's, one that a newer fedsheaf wrote, or
+    one that exists, holds files and is not a fedsheaf run's (:func:`owned`): a run would
+    replace its files or mix its results in, and ``output.overwrite`` delete some. The
+    refusal names what the directory holds."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"run directory {path} is a file; choose another output.name")
@@ -74,16 +129,30 @@ def check_not_foreign(path: str | Path) -> None:
             f"run directory {path} would lie inside the run directory {outer}; "
             "choose an output.dir outside it"
         )
-    markers = ("config.yaml", "metrics.jsonl", "summary.json", "checkpoints", run_lock.LOCK_FILE)
-    if not path.is_dir() or any((path / m).exists() for m in markers):
+    if not path.is_dir():
         return
-    held = sorted(p.name for p in path.iterdir())
-    if held:
-        shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+    found = _marker_format(path)
+    if found is not None and found > MARKER_FORMAT:
         raise ConfigError(
-            f"run directory {path} exists and is not a fedsheaf run (it holds {shown}); "
-            "choose another output.name or output.dir"
+            f"run directory {path} was written by a newer fedsheaf (run-directory format "
+            f"{found}, this one reads {MARKER_FORMAT}); use that version, or choose another "
+            "output.name or output.dir"
         )
+    held = sorted(p.name + ("/" if p.is_dir() else "") for p in path.iterdir())
+    if not held or owned(path):
+        return
+    shown = ", ".join(held[:5]) + (", ..." if len(held) > 5 else "")
+    why = ""
+    if (path / "config.yaml").is_file():
+        why = (
+            "; its config.yaml is a fedsheaf config but no run's files are beside it"
+            if is_fedsheaf_config(path / "config.yaml")
+            else "; its config.yaml is not a fedsheaf config"
+        )
+    raise ConfigError(
+        f"run directory {path} exists and is not a fedsheaf run (it holds {shown}{why}); "
+        "choose another output.name or output.dir"
+    )
 
 
 #: A finished run's summary while the run is trained longer (``fedsheaf run --resume``
@@ -190,6 +259,29 @@ def read_stop(path: Path) -> str | None:
     return f"stopped on {note.get('signal')} after {unit} {note.get(unit)}"
 
 
+def read_only(path: Path) -> bool:
+    """Whether the existing ``path`` lies on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
+def unwritable(path: Path, where: Path, rofs: bool, resuming: bool) -> ConfigError:
+    """The refusal of run directory ``path`` that cannot be written: ``where`` (``path``
+    or the ancestor it would be made in) is on a read-only file system (``rofs``) or not
+    writable. A new run may go elsewhere (another ``output.dir``); a run being resumed
+    stays where it is, so the way out is to make it writable or resume a copy."""
+    place = "it" if where == path else str(where)
+    why = f"{place} is on a read-only file system" if rofs else f"{place} is not writable"
+    if resuming and path.is_dir():
+        fix = "remount it read-write" if rofs else "make it writable"
+        how = f"{fix}, or copy the run directory to a writable place and resume the copy"
+    else:
+        how = "choose another output.dir"
+    return ConfigError(f"cannot write into run directory {path}: {why}; {how}")
+
+
 class RunDir:
     """The directory one run writes into (only rank 0 creates one)."""
 
@@ -216,10 +308,14 @@ class RunDir:
             probe.touch(exist_ok=False)
             probe.unlink()
         except OSError as exc:
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                rofs = exc.errno == errno.EROFS
+                raise unwritable(self.path, self.path, rofs, resuming=extend) from None
             raise ConfigError(
                 f"cannot write into run directory {self.path}: {exc.strerror or exc}"
                 "; choose another output.dir"
             ) from None
+        mark(self.path)  # (before the lock, in a new directory)
         if lock:
             run_lock.hold(self.path)
         if overwrite:

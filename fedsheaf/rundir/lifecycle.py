@@ -39,7 +39,10 @@ from fedsheaf.runtime.world import (
 )
 from fedsheaf.util.atomic import atomic_write_json, atomic_write_text
 from fedsheaf.util.errors import CheckpointError, ConfigError
+from fedsheaf.util.log import CHOSEN, get_logger
 from fedsheaf.util.units import count
+
+logger = get_logger(__name__)
 
 
 def claim_run_dir(cfg: ExperimentConfig, path: Path) -> str | None:
@@ -79,11 +82,11 @@ def settle_config(run_dir: RunDir, cfg: ExperimentConfig) -> None:
     if cfg.checkpoint.resume and (path / "summary.json").exists():
         done, unit, _ = run_length(load_run_config(path / "config.yaml"))
         (path / "summary.json").replace(path / PREVIOUS_SUMMARY)
-        print(
+        logger.info(  # (the run directory's rank: a hub run's agents' rank 0, the job's 1)
             f"fedsheaf: extending the finished run {path} from {done} to "
             f"{count(run_length(cfg)[0], unit)} (its summary kept as {PREVIOUS_SUMMARY} "
             "until the new end)",
-            flush=True,
+            extra=CHOSEN,
         )
     run_dir.write_config(dump_config(cfg))
     for end in (FAILURE_FILE, STOP_FILE):  # how an earlier launch ended, resumed from
@@ -100,10 +103,13 @@ def load_latest(job: World, cfg: ExperimentConfig, run_path: Path) -> Loaded:
     """Collectively on ``job``: the newest complete checkpoint that every rank can read,
     and this rank's state in it.
 
-    A checkpoint with a damaged file (a disk that filled up, a copy cut short) is
-    skipped for the one before it, with a note. A checkpoint past the run's length (the
-    config's epochs or rounds) is an error: the run would end before it started; so is,
-    for epochs, one at that length that was not evaluated
+    Each rank checks its own file before reading it (present, and of the size and SHA-256
+    the manifest recorded: :func:`~fedsheaf.rundir.checkpoint.check_rank_file`). A
+    checkpoint with a file missing, damaged or unreadable on any rank (a disk that filled
+    up, a copy cut short, bytes garbled on disk) is skipped on every rank for the one
+    before it, with a line saying why; none left is a refusal. A checkpoint past the
+    run's length (the config's epochs or rounds) is an error: the run would end before it
+    started; so is, for epochs, one at that length that was not evaluated
     (:func:`~fedsheaf.rundir.preflight.refuse_unevaluated_end`; rounds: ``Rounds`` checks its
     score window).
     """
@@ -167,8 +173,8 @@ def checkpointer(
     data: str | None = None,
 ) -> Callable[[int], None] | None:
     """The after-epoch (after-round) hook: every rank of ``job`` saves ``state()``, then
-    ``job``'s root commits the manifest once all files are on disk (with ``data``, the
-    data set's fingerprint on that root: :func:`check_data`).
+    ``job``'s root commits the manifest once all files are on disk, with every file's
+    digest (with ``data``, the data set's fingerprint on that root: :func:`check_data`).
 
     A stop requested on any rank (:mod:`fedsheaf.runtime.stop_request`) writes the
     checkpoint now and raises :class:`~fedsheaf.runtime.stop_request.StopRequested` on
@@ -182,26 +188,27 @@ def checkpointer(
         requested = job.any(stop_request.requested())
         stop = requested and done < last
         if requested and not stop and job.is_root:
-            print(
+            logger.info(
                 f"fedsheaf: {stop_request.SIGNAL.name} in the last {unit}: the run finishes "
                 "instead of stopping",
-                flush=True,
+                extra=CHOSEN,
             )
         if not (stop or checkpoint.due(done, every, last)):
             return
-        checkpoint.save_rank(run_path, done, job.rank, state())
-        job.barrier()  # every rank's file is on disk before the manifest names it
+        written = checkpoint.save_rank(run_path, done, job.rank, state())
+        # every rank's file is on disk, and its digest here, before the manifest names it
+        digests = job.gather(written)
         if job.is_root:
-            checkpoint.commit(run_path, done, job.size, keep, experiment, data)
+            checkpoint.commit(run_path, done, job.size, keep, experiment, data, digests)
         if stop:
             if job.is_root:
                 leave_note(run_path, unit, done)
                 # said before any rank leaves: a launcher may end the job as the first exits
-                print(
+                logger.info(
                     f"fedsheaf: stopped on {stop_request.SIGNAL.name} after {unit} {done} of "
                     f"{last}, its checkpoint written; continue with: fedsheaf run --resume "
                     f"{run_path}",
-                    flush=True,
+                    extra=CHOSEN,
                 )
             job.barrier()  # the checkpoint and the note are on disk before any rank leaves
             raise stop_request.StopRequested(run_path, done)
@@ -216,7 +223,7 @@ def leave_note(run_dir: Path, unit: str, done: int) -> Path | None:
     try:
         write_stop(run_dir, SIGNAL.name, unit, done)
     except OSError as exc:  # the checkpoint is written: stop all the same, and say so
-        print(f"fedsheaf: warning: cannot mark {run_dir} as stopped: {exc}", flush=True)
+        logger.warning(f"fedsheaf: warning: cannot mark {run_dir} as stopped: {exc}")
     name = os.environ.get(NOTE_ENV, "").strip()
     if not name:
         return None
@@ -224,7 +231,7 @@ def leave_note(run_dir: Path, unit: str, done: int) -> Path | None:
     try:
         atomic_write_json(path, {"run_dir": str(run_dir), unit: done})
     except OSError as exc:  # the checkpoint is written: stop all the same, and say so
-        print(f"fedsheaf: warning: cannot write {NOTE_ENV}={path}: {exc}", flush=True)
+        logger.warning(f"fedsheaf: warning: cannot write {NOTE_ENV}={path}: {exc}")
         return None
     return path
 

@@ -27,7 +27,9 @@ from fedsheaf.rundir.files import (
     check_not_foreign,
     check_run_files,
     read_metrics,
+    read_only,
     refuse_finished,
+    unwritable,
 )
 from fedsheaf.rundir.resume import (
     GRAPH_COPY,
@@ -52,13 +54,14 @@ def run_config(
     """The config of ``fedsheaf run CONFIG [overrides]`` or ``fedsheaf run --resume RUN_DIR
     [overrides]`` (and of ``fedsheaf check``)."""
     if resume_dir is not None and config_path is not None and "=" in config_path:
-        config_path, overrides = None, [config_path, *overrides]  # argparse took an override
+        overrides, config_path = [config_path, *overrides], None  # argparse took an override
     if resume_dir is None and config_path is None:
         raise ConfigError(f"{command} needs a CONFIG file or --resume RUN_DIR")
     if resume_dir is not None and config_path is not None:
         raise ConfigError(f"give a CONFIG file or --resume RUN_DIR, not both ({config_path})")
     if resume_dir is not None:
         return resume_config(resume_dir, overrides)
+    assert config_path is not None  # (refused above when both are None)
     return load_config(config_path, overrides)
 
 
@@ -78,6 +81,7 @@ def per_round(cfg: ExperimentConfig) -> int:
 def hub_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:
     """FedProto, FedMuscle: the graph, checked against a job of one rank per agent plus
     the server's."""
+    assert cfg.graph is not None  # ExperimentConfig.check requires it of hub runs
     n = load_graph(cfg.graph).n
     if n_ranks != n + 1:
         raise ConfigError(
@@ -181,15 +185,19 @@ def extend_finished(path: Path, saved: ExperimentConfig, cfg: ExperimentConfig) 
 
 
 def resumable(cfg: ExperimentConfig, path: Path, n_ranks: int) -> list[checkpoint.Checkpoint]:
-    """The complete checkpoints of ``path`` written by a job of ``n_ranks``, newest first;
-    refuse one past the run's length (the run would end before it started), or a finished
-    run with none to continue from."""
+    """The checkpoints the manifest of ``path`` names, written by a job of ``n_ranks``,
+    newest first (one that lost a file is then refused with a word, not skipped:
+    :func:`fedsheaf.rundir.checkpoint.load_rank`); refuse one past the run's length (the
+    run would end before it started), or a finished run with none to continue from."""
     length, unit, key = run_length(cfg)
-    found = checkpoint.complete(path, n_ranks)
-    if not found and (path / "summary.json").exists():
+    found = checkpoint.listed(path, n_ranks)
+    if (path / "summary.json").exists() and not any(
+        checkpoint.missing_file(c) is None for c in found
+    ):
+        why = f" ({checkpoint.missing_file(found[0])} is missing)" if found else ""
         raise CheckpointError(
             f"cannot extend the finished run {path}: it holds no complete "
-            "checkpoint to continue from; start over with output.overwrite=true"
+            f"checkpoint to continue from{why}; start over with output.overwrite=true"
         )
     if found and found[0].epoch > length:
         raise CheckpointError(
@@ -261,19 +269,18 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
     return Verdict(f"{run}, seed {cfg.seed}", shown, _action(cfg, n_ranks))
 
 
-def check_creatable(path: Path) -> None:
+def check_creatable(path: Path, resuming: bool = False) -> None:
     """Refuse a run directory the job could not create or write into (without creating
-    it): its nearest existing ancestor must be a directory this user may write into."""
+    it): its nearest existing ancestor must be a directory this user may write into, on a
+    file system mounted read-write (:func:`~fedsheaf.rundir.files.unwritable` says how to
+    go on: a resumed run cannot move to another ``output.dir``)."""
     near = next(p for p in (path, *path.parents) if p.exists())
     if not near.is_dir():
         raise ConfigError(
             f"cannot create run directory {path}: {near} is a file; choose another output.dir"
         )
     if not os.access(near, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"cannot write into run directory {path}: {near} is not writable; choose "
-            "another output.dir"
-        )
+        raise unwritable(path, near, read_only(near), resuming)
 
 
 def check_run_path(cfg: ExperimentConfig, path: Path, hold: bool) -> str | None:
@@ -297,7 +304,7 @@ def check_run_path(cfg: ExperimentConfig, path: Path, hold: bool) -> str | None:
     note = finished_note(cfg)
     if note is None:
         check_run_dir(cfg, path)
-        check_creatable(path)
+        check_creatable(path, resuming=cfg.checkpoint.resume)
     return note
 
 

@@ -81,14 +81,16 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ex
 
 
 #: What a resumed run may change: its length, evaluation cadence, checkpointing, where
-#: its files and data are, its device, and the step size (a diverged run is resumed from
-#: its last checkpoint with a smaller ``train.lr``, ``agents[i].lr`` or ``train.clip``).
+#: its files and data are, its device and step timeout, and the step size (a diverged run
+#: is resumed from its last checkpoint with a smaller ``train.lr``, ``agents[i].lr`` or
+#: ``train.clip``).
 #: Anything else would mix two experiments. ``[*]`` stands for any agent, a trailing
 #: ``.`` for a whole section.
 RESUMABLE_KEYS = (
     "train.epochs",
     "train.eval_every",
     "train.device",
+    "train.step_timeout",
     "train.lr",
     "train.clip",
     "agents[*].lr",

@@ -25,6 +25,9 @@ import time
 from pathlib import Path
 
 from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.log import CHOSEN, get_logger
+
+logger = get_logger(__name__)
 
 LOCK_FILE = ".fedsheaf.lock"
 
@@ -69,10 +72,10 @@ def hold(run_dir: str | Path) -> bool:
         if exc.errno not in _NO_LOCKS:
             raise ConfigError(f"cannot lock {lock_path}: {exc.strerror or exc}") from None
         _UNLOCKABLE.add(path)
-        print(
+        logger.info(
             f"fedsheaf: note: the file system of {path} cannot lock files, so nothing "
             "stops a second job from writing into this run at the same time",
-            flush=True,
+            extra=CHOSEN,
         )
         return False
     try:  # who holds it, for a refused job's message; the lock holds without it

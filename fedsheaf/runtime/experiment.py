@@ -26,6 +26,7 @@ from fedsheaf.util.units import count
 
 def build_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:
     """Load the graph file and check it against the config and the rank count."""
+    assert cfg.graph is not None  # ExperimentConfig.check requires it of graph runs
     graph = load_graph(cfg.graph)
     try:
         validate_for_world(graph, n_ranks)
@@ -101,7 +102,7 @@ def steps_per_epoch(cfg: ExperimentConfig, part: Partition) -> int:
 
 def batch_warning(cfg: ExperimentConfig, part: Partition) -> str | None:
     """A warning when ``train.batch_size`` exceeds an agent's training shard: its batches
-    then hold samples more than once (shards wrap around to fill a batch)."""
+    are then capped at the shard (:func:`fedsheaf.algorithms.base.epoch_batches`)."""
     small = {
         i: len(a.train) for i, a in enumerate(part.agents) if len(a.train) < cfg.train.batch_size
     }
@@ -111,8 +112,8 @@ def batch_warning(cfg: ExperimentConfig, part: Partition) -> str | None:
     more = f" and {len(small) - 4} more" if len(small) > 4 else ""
     return (
         f"fedsheaf: warning: train.batch_size={cfg.train.batch_size} exceeds the training "
-        f"samples of {count(len(small), 'agent')} ({shown}{more}): their batches repeat "
-        "samples"
+        f"samples of {count(len(small), 'agent')} ({shown}{more}): each of their batches "
+        "is capped at its training set (the numbers shown)"
     )
 
 
@@ -129,7 +130,7 @@ def pilot_warning(cfg: ExperimentConfig, part: Partition) -> str | None:
         return None
     return (
         f"fedsheaf: warning: sheaf.pilot_batch={cfg.sheaf.pilot_batch} exceeds the {n} shared "
-        f"pilots: every step uses all {n}"
+        f"pilots: capped at {n} (every step uses all of them)"
     )
 
 

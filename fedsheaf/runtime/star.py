@@ -29,6 +29,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
+from fedsheaf.runtime import heartbeat
 from fedsheaf.runtime.world import World
 
 SERVER = 0
@@ -66,9 +67,10 @@ class Star:
 
     def _wait(self, req: MPI.Request, status: MPI.Status | None = None) -> None:
         delay = 1e-5
-        while not req.Test(status):
-            time.sleep(delay)
-            delay = min(2 * delay, self.poll_max)
+        with heartbeat.waiting():
+            while not req.Test(status):
+                time.sleep(delay)
+                delay = min(2 * delay, self.poll_max)
 
     def deal(self, order: Sequence[int], kind: str) -> dict[int, int]:
         """Server: hand out ``order`` one client at a time, each to the first worker

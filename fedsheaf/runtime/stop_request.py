@@ -5,13 +5,18 @@ to every task five minutes before the time limit (the ``slurm/`` scripts ask for
 Each rank's handler only sets a flag. After every epoch (round) the checkpoint hook ORs
 the flags over the job (one small allreduce), so all ranks decide alike; if any rank
 was signalled, every rank writes its checkpoint, whether or not one was due, and the run
-ends with :data:`STOPPED_EXIT`. The resumed run continues from that checkpoint exactly as
+ends (:func:`exit_status`). The resumed run continues from that checkpoint exactly as
 from any other.
 
-A batch script cannot rely on that exit status: ``srun --kill-on-bad-exit`` may kill the
-last ranks while they exit, and srun then reports their signal instead. So where
-:data:`NOTE_ENV` names a file, rank 0 writes it (run directory and epoch) before any
-rank leaves; the ``slurm/`` scripts requeue the job when they find it.
+A planned stop is no failure, so the ranks of a launched job leave with status 0: a
+non-zero one makes the launcher report a crash (Open MPI's "prterun detected that one
+or more processes exited with non-zero status", srun's "error: ... Exited with exit
+code", and ``srun --kill-on-bad-exit`` then kills the ranks still leaving). What says the
+run stopped is the run directory's ``stopped.json``, rank 0's last line, and, where
+:data:`NOTE_ENV` names a file, that file, which rank 0 writes (run directory and epoch)
+before any rank leaves: the ``slurm/`` scripts requeue the job when they find it, or exit
+with :data:`STOPPED_EXIT`. A process run without a launcher (an MPI singleton) exits
+with :data:`STOPPED_EXIT` itself.
 
 With ``checkpoint.every=0`` (no checkpoints) the signal is ignored: there would be
 nothing to continue from, so the run goes on until the job ends it.
@@ -24,6 +29,8 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
+
+from fedsheaf.util.log import RANK_VARIABLES
 
 SIGNAL = signal.SIGUSR1
 #: The exit status of a run stopped on request (EX_TEMPFAIL: "try again later").
@@ -49,6 +56,7 @@ def _note(signum: int, frame: FrameType | None) -> None:
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
+    # os.write, not logging: logging (its locks) is not safe in a signal handler
     os.write(
         2,
         b"fedsheaf: SIGUSR1 ignored: this run writes no checkpoints "
@@ -78,5 +86,12 @@ def install(checkpoints: bool = True, announce: bool = True) -> None:
 def requested() -> bool:
     """Whether this rank has received :data:`SIGNAL` since :func:`install`."""
     return _requested
+
+
+def exit_status() -> int:
+    """This process's exit status after a stop on request: 0 under a launcher (mpiexec,
+    srun: a non-zero status would read as a crash), :data:`STOPPED_EXIT` without one."""
+    launched = any(os.environ.get(name, "").strip().isdigit() for name in RANK_VARIABLES)
+    return 0 if launched else STOPPED_EXIT
 
 

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
+from fedsheaf.runtime import heartbeat
+
 Shape = tuple[int, int]
 
 
@@ -58,7 +60,8 @@ class PendingExchange:
     def wait(self) -> list[torch.Tensor]:
         """Block until every neighbour's message has arrived; return them in neighbour order."""
         if self._result is None:
-            self._request.Wait()
+            with heartbeat.waiting():
+                self._request.Wait()
             self._result = self._split(self._recv)
             self._keep = ()
         return self._result
@@ -122,7 +125,8 @@ class Neighbourhood:
         if shapes is not None:
             return list(shapes)
         header = np.empty((self.degree, 2), dtype=np.int64)
-        self.comm.Neighbor_allgather(np.array(buf.shape, dtype=np.int64), header)
+        with heartbeat.waiting():
+            self.comm.Neighbor_allgather(np.array(buf.shape, dtype=np.int64), header)
         self._count([16] * self.degree)
         return [(int(s[0]), int(s[1])) for s in header]
 
@@ -133,7 +137,8 @@ class Neighbourhood:
             return list(shapes)
         send_shapes = np.array([b.shape for b in bufs], dtype=np.int64).reshape(-1, 2)
         header = np.empty((self.degree, 2), dtype=np.int64)
-        self.comm.Neighbor_alltoall(send_shapes, header)
+        with heartbeat.waiting():
+            self.comm.Neighbor_alltoall(send_shapes, header)
         self._count([16] * self.degree)
         return [(int(s[0]), int(s[1])) for s in header]
 

@@ -12,7 +12,10 @@ Rules this module enforces for the whole job:
 * SIGTERM and SIGINT (a cancelled job, Ctrl-C, a launcher that is stopped) end the
   rank as the signal would, once one rank has said so in one line and in the run's
   ``failed.json`` (:func:`install_signal_ends`): a job ended that way is not taken for
-  one still running.
+  one still running. When the launcher ends the job because a rank vanished without a
+  word (SIGKILL, out of memory), a rank of the same node names the vanished one.
+* With ``train.step_timeout`` (:func:`watch_steps`), a job whose ranks stop making
+  progress (one of them stopped by SIGSTOP) ends, naming the rank that holds it up.
 * Rank 0 is the only rank that logs progress.
 """
 
@@ -33,9 +36,19 @@ from typing import Any, NoReturn, TypeVar
 import torch
 from mpi4py import MPI
 
+from fedsheaf.runtime import heartbeat, watchdog
 from fedsheaf.util import memory
 from fedsheaf.util.errors import FedsheafError
-from fedsheaf.util.hostinfo import threads_per_rank, unusable_gpus, usable_cpu_ids
+from fedsheaf.util.hostinfo import (
+    pid_namespace,
+    process_state,
+    threads_per_rank,
+    unusable_gpus,
+    usable_cpu_ids,
+)
+from fedsheaf.util.log import CHOSEN, get_logger
+
+logger = get_logger(__name__)
 
 T = TypeVar("T")
 USER_ERROR_EXIT = 2
@@ -54,6 +67,10 @@ REPORTER_GRACE = 2.0
 _write_failure: Callable[[Path, int, str, float], bool] | None = None
 #: Files whose writing since this rank started says the job has ended already.
 _ENDING_FILES: tuple[str, ...] = ()
+#: The other ranks of the job on this node (and PID namespace): world rank -> pid.
+_PEERS: dict[int, int] = {}
+#: What a rank is, where it is more than a rank (``{0: "the server"}``): :func:`note_role`.
+_ROLES: dict[int, str] = {}
 
 
 def note_run_dir(
@@ -68,6 +85,21 @@ def note_run_dir(
     said how it ended already. The runtime knows no file of a run directory itself."""
     global _RUN_DIR, _write_failure, _ENDING_FILES
     _RUN_DIR, _write_failure, _ENDING_FILES = Path(path), write_failure, ending_files
+    heartbeat.arm()  # training begins (where a step timeout is set: watch_steps)
+
+
+def note_role(rank: int, role: str) -> None:
+    """Name world rank ``rank``'s part in the job (``"the server"``) where the job's last
+    words name that rank."""
+    _ROLES[rank] = role
+
+
+def _who(ranks: list[int]) -> str:
+    """``rank 0 (the server)``, ``ranks 1, 3``: the subject of a line about ``ranks``."""
+    if len(ranks) == 1:
+        role = _ROLES.get(ranks[0])
+        return f"rank {ranks[0]}" + (f" ({role})" if role else "")
+    return f"ranks {_ranks(ranks)}"
 
 
 def _abort_hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
@@ -75,14 +107,16 @@ def _abort_hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> N
     size = MPI.COMM_WORLD.Get_size()
     user_error = isinstance(exc, FedsheafError)
     code = USER_ERROR_EXIT if user_error else 1
+    # (written to stderr itself, not logged: the last words of a dying rank, said whatever
+    # -q or the rank, and nothing that logging might do must keep the abort from coming)
     try:  # saying why must not keep the job from ending (stderr may be gone)
         if user_error:
             error = str(exc)
-            message = f"fedsheaf: error on rank {rank}: {exc}\n"
+            message = f"fedsheaf: error on {_who([rank])}: {exc}\n"
         else:
             error = f"{exc_type.__name__}: {exc}"
             text = "".join(traceback.format_exception(exc_type, exc, tb))
-            message = f"fedsheaf: rank {rank} failed with {error}\n{text}"
+            message = f"fedsheaf: {_who([rank])} failed with {error}\n{text}"
         if _RUN_DIR is None or _write_failure is None or _write_failure(
             _RUN_DIR, rank, error, _STARTED
         ):
@@ -145,6 +179,7 @@ def leaving() -> None:
     without a note."""
     global _LEAVING
     _LEAVING = True
+    heartbeat.disarm()
 
 
 def _ended_already() -> bool:
@@ -159,26 +194,117 @@ def _ended_already() -> bool:
     return False
 
 
+def _vanished() -> list[int]:
+    """The ranks of this node whose process has ended (:data:`_PEERS`)."""
+    return [r for r, pid in sorted(_PEERS.items()) if process_state(pid) == "gone"]
+
+
+#: Whether this rank has said (or decided not to say) why its signal ends it.
+_SAID = False
+_SAYING = threading.Lock()
+
+
+def _say_ending(signum: int) -> None:
+    """Once per rank, from the signal handler or (while the main thread waits inside
+    MPI) the signal watch thread: say why the job ends on signal ``signum``.
+
+    A rank of this node whose process has already ended (the launcher terminates the
+    others when one vanishes: SIGKILL, out of memory) is named instead of this one. Only
+    once the run directory is known: before that, a vanished rank may be one that
+    aborted with its own message.
+    """
+    global _SAID
+    with _SAYING:
+        if _SAID:
+            return
+        _SAID = True
+    rank = MPI.COMM_WORLD.Get_rank()
+    name = signal.Signals(signum).name
+    if _LEAVING or _ended_already():
+        return
+    gone = _vanished()
+    if _RUN_DIR is None or _write_failure is None:
+        if rank != 0 or gone:
+            return
+        who, error = [rank], f"terminated by {name} ({_CAUSES})"
+    else:
+        if gone:
+            who, error = gone, _vanished_error(gone, rank, name)
+        else:
+            who, error = [rank], f"terminated by {name} ({_CAUSES})"
+        error += f"; to continue the run: fedsheaf run --resume {_RUN_DIR}"
+        if not _write_failure(_RUN_DIR, who[0], error, _STARTED):
+            return
+    # os.write, not logging: logging (its locks) is not safe in a signal handler
+    os.write(2, f"fedsheaf: {_who(who)} {error}\n".encode())
+
+
+#: Why a rank may get SIGTERM or SIGINT when no rank of its node has vanished.
+_CAUSES = "the job was cancelled, its launcher stopped, or a rank on another node died"
+
+
+def _vanished_error(gone: list[int], rank: int, name: str) -> str:
+    """What ``failed.json`` says of ranks ``gone`` (their processes ended without a word)
+    when rank ``rank`` then got signal ``name``."""
+    also = f" (so did {_who(gone[1:])})" if len(gone) > 1 else ""
+    return (
+        f"ended without a word{also}: killed by a signal (SIGKILL, out of memory) or a "
+        f"crash outside Python, the launcher's message says which; the launcher then "
+        f"ended the job (rank {rank}: {name})"
+    )
+
+
 def _end_on_signal(signum: int, frame: Any) -> None:
     for sig in ENDING_SIGNALS:  # a second signal must not cut this one's note short
         signal.signal(sig, signal.SIG_IGN)
-    rank = MPI.COMM_WORLD.Get_rank()
-    name = signal.Signals(signum).name
-    error = f"terminated by {name} (the job was cancelled, or its launcher stopped)"
     try:  # quickly: a launcher that passes the signal on may kill the rank soon after
-        if _LEAVING or _ended_already():
-            say = False
-        elif _RUN_DIR is None or _write_failure is None:
-            say = rank == 0
-        else:
-            error += f"; to continue the run: fedsheaf run --resume {_RUN_DIR}"
-            say = _write_failure(_RUN_DIR, rank, error, _STARTED)
-        if say:
-            os.write(2, f"fedsheaf: rank {rank} {error}\n".encode())
+        _say_ending(signum)
     except Exception:
         pass
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)  # ends as the signal does: its exit status tells the shell
+
+
+def _watch_signals(fd: int) -> None:
+    """The signal watch thread: Python runs a signal handler only once the main thread
+    is back in Python, which a rank waiting inside MPI (a collective whose peer has
+    vanished) may never be before its launcher kills it. The C-level handler writes each
+    signal's number to ``fd`` (:func:`signal.set_wakeup_fd`) at once."""
+    ending = {int(s) for s in ENDING_SIGNALS}
+    while True:
+        try:
+            data = os.read(fd, 64)
+        except OSError:
+            return
+        if not data:
+            return
+        for signum in data:
+            if signum in ending and signal.getsignal(signum) is _end_on_signal:
+                try:
+                    _say_ending(signum)
+                except Exception:
+                    pass
+
+
+_WATCHING = False
+
+
+def _start_signal_watch() -> None:
+    global _WATCHING
+    if _WATCHING:
+        return
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    try:
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        os.close(read)
+        os.close(write)
+        return
+    _WATCHING = True
+    threading.Thread(
+        target=_watch_signals, args=(read,), name="fedsheaf-signals", daemon=True
+    ).start()
 
 
 def install_signal_ends() -> None:
@@ -188,14 +314,70 @@ def install_signal_ends() -> None:
 
     Python's defaults would end the rank silently (SIGTERM) or with a traceback from
     every rank (SIGINT), and leave a run directory that ``fedsheaf watch`` follows as if
-    its job still ran. The note is best effort: a rank blocked inside an MPI call runs
-    the handler only when the call returns, and a launcher may kill the ranks soon
-    after it passes the signal on (Open MPI's ``mpiexec`` does, within about a second).
+    its job still ran. A rank blocked inside an MPI call runs the handler only when the
+    call returns, so a thread says it meanwhile (:func:`_watch_signals`); the note stays
+    best effort: a launcher may kill the ranks soon after it passes the signal on (Open
+    MPI's ``mpiexec`` does, within about a second).
     """
     if threading.current_thread() is threading.main_thread():
         for sig in ENDING_SIGNALS:
             if signal.getsignal(sig) is not signal.SIG_IGN:  # (a background job's SIGINT)
                 signal.signal(sig, _end_on_signal)
+        _start_signal_watch()
+
+
+def _step_fault(kind: str, culprits: list[int], waited: float, timeout: float) -> None:
+    """The step watchdog's fault handler (its thread): say once for the job which ranks
+    hold it up (``failed.json``'s first writer says it), then abort the job."""
+    limit = f"train.step_timeout={timeout:g}"
+    if kind == "silent":
+        states = {process_state(_PEERS[r]) for r in culprits if r in _PEERS}
+        why = (
+            "its process is stopped: SIGSTOP, or a debugger"
+            if states == {"stopped"}
+            else "its process has ended"
+            if states == {"gone"}
+            else "stopped, or hung where its watchdog thread cannot run"
+        )
+        does = "does" if len(culprits) == 1 else "do"
+        error = f"{does} not answer ({why}): the job made no progress for {waited:.0f} s"
+    elif kind == "working":
+        has = "has" if len(culprits) == 1 else "have"
+        error = f"{has} not finished a step in {waited:.0f} s while the other ranks wait"
+    else:
+        error = f"have all waited for each other for {waited:.0f} s (a deadlock)"
+    error += f" ({limit}), so the job was ended"
+    subject = _who(culprits)
+    try:
+        if _RUN_DIR is not None and _write_failure is not None:
+            error += f"; to continue the run: fedsheaf run --resume {_RUN_DIR}"
+            shown = error if len(culprits) == 1 else f"{subject} {error}"
+            say = _write_failure(_RUN_DIR, culprits[0], shown, _STARTED)
+        else:
+            say = True
+        if say:
+            sys.stderr.write(f"fedsheaf: {subject} {error}\n")
+            sys.stderr.flush()
+        else:  # another rank says it: give it time to, before this abort ends the job
+            time.sleep(REPORTER_GRACE)
+    except Exception:
+        pass
+    finally:
+        MPI.COMM_WORLD.Abort(1)
+
+
+def watch_steps(timeout: float | None) -> None:
+    """With a ``timeout`` (``train.step_timeout``), start this rank's step watchdog
+    (:mod:`fedsheaf.runtime.watchdog`; armed once training begins, :func:`note_run_dir`):
+    a job whose ranks make no progress for ``timeout`` seconds ends, naming the rank that
+    holds it up (one that does not answer: stopped by SIGSTOP). Every rank calls it."""
+    if timeout is None:
+        return
+
+    def fault(kind: str, culprits: list[int], waited: float) -> None:
+        _step_fault(kind, culprits, waited, timeout)
+
+    watchdog.start(MPI.COMM_WORLD, timeout, fault)
 
 
 class UserErrorExit(SystemExit):
@@ -223,16 +405,23 @@ class World:
         return self.rank == 0
 
     def log(self, msg: str) -> None:
-        """Print a progress line from rank 0 only."""
+        """Say a progress line (INFO, standard output) from rank 0 only."""
+        if self.is_root:  # (a hub run's agents' rank 0 is the job's rank 1: CHOSEN)
+            logger.info(msg, extra=CHOSEN)
+
+    def warn(self, msg: str) -> None:
+        """Say a warning (standard error) from rank 0 only."""
         if self.is_root:
-            print(msg, flush=True)
+            logger.warning(msg)
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        with heartbeat.waiting():
+            self.comm.Barrier()
 
     def gather(self, obj: Any) -> list[Any] | None:
         """Gather a small picklable object to rank 0 (None elsewhere)."""
-        return self.comm.gather(obj, root=0)
+        with heartbeat.waiting():
+            return self.comm.gather(obj, root=0)
 
     def peak_memory(self) -> dict[str, Any] | None:
         """Collectively: every rank's peak memory so far, as one record on rank 0
@@ -241,11 +430,13 @@ class World:
         return memory.per_rank(peaks) if peaks is not None else None
 
     def bcast(self, obj: Any) -> Any:
-        return self.comm.bcast(obj, root=0)
+        with heartbeat.waiting():
+            return self.comm.bcast(obj, root=0)
 
     def any(self, flag: bool) -> bool:
         """Whether ``flag`` is true on any rank (collective)."""
-        return bool(self.comm.allreduce(bool(flag), op=MPI.LOR))
+        with heartbeat.waiting():
+            return bool(self.comm.allreduce(bool(flag), op=MPI.LOR))
 
     def agree(self, fn: Callable[[], T], root_only: bool = False) -> T:
         """Run ``fn`` on every rank; if it raises a user error anywhere, stop everywhere.
@@ -263,7 +454,8 @@ class World:
             result = fn() if self.is_root or not root_only else None
         except FedsheafError as exc:
             error = str(exc)
-        errors = self.comm.allgather(error)
+        with heartbeat.waiting():
+            errors = self.comm.allgather(error)
         if any(e is not None for e in errors):
             if self.is_root:
                 by_msg: dict[str, list[int]] = {}
@@ -274,8 +466,7 @@ class World:
                     shown = [r + self.first_rank for r in ranks]
                     everywhere = root_only or len(ranks) == self.size
                     where = "" if everywhere else f" (rank {_ranks(shown)})"
-                    sys.stderr.write(f"fedsheaf: error{where}: {msg}\n")
-                sys.stderr.flush()
+                    logger.error(f"fedsheaf: error{where}: {msg}")
             leaving()
             raise UserErrorExit(USER_ERROR_EXIT)
         return result
@@ -323,6 +514,11 @@ def init_world(device: str = "auto") -> World:
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     local_rank, local_size = local.Get_rank(), local.Get_size()
     masks = local.allgather(set(usable_cpu_ids()))
+    # the node's other ranks, to name one that vanishes (_say_ending)
+    me = (comm.Get_rank(), os.getpid(), pid_namespace())
+    for rank, pid, space in local.allgather(me):
+        if rank != me[0] and space == me[2]:
+            _PEERS[rank] = pid
     local.Free()
     world = World(
         comm=comm,

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import numpy as np
 
 from fedsheaf.theory.exceptions import ConvergenceError
-from fedsheaf.theory.psd import sqrt_and_inv_sqrt, sqrtm_psd, sym
+from fedsheaf.theory.psd import PINV_RCOND, sqrt_and_pinv_sqrt, sqrtm_psd, sym
 
 __all__ = [
     "bw_distance_sq",
@@ -46,9 +46,11 @@ def bw_distance(A: np.ndarray, B: np.ndarray) -> float:
 def transport_map(G: np.ndarray, G_m: np.ndarray) -> np.ndarray:
     """Optimal map ``T = G^{-1/2}(G^{1/2} G_m G^{1/2})^{1/2} G^{-1/2}``, so that ``T G T = G_m``.
 
-    ``G`` must be positive definite; ``G_m`` PSD.
+    ``G`` positive definite, ``G_m`` PSD. Directions where ``G`` is numerically null
+    (eigenvalue at most :data:`~fedsheaf.theory.psd.PINV_RCOND` times its largest) are
+    dropped (pseudo-inverse root): there ``T`` maps to zero instead of failing.
     """
-    r, ri = sqrt_and_inv_sqrt(G)
+    r, ri = sqrt_and_pinv_sqrt(G)
     return sym(ri @ sqrtm_psd(r @ sym(G_m) @ r) @ ri)
 
 
@@ -59,7 +61,7 @@ def selected_head(W: np.ndarray, G_m: np.ndarray) -> np.ndarray:
 
 
 def _mean_root(G: np.ndarray, Gs: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    r, ri = sqrt_and_inv_sqrt(G)
+    r, ri = sqrt_and_pinv_sqrt(G)
     S = sum(pm * sqrtm_psd(r @ sym(Gm) @ r) for pm, Gm in zip(p, Gs, strict=True))
     return sym(S), ri
 
@@ -93,6 +95,16 @@ def barycenter(
     recursion (9), from ``G0`` (default ``Σ p_m G_m``) until the relative Frobenius step
     ``‖G_{k+1} − G_k‖ / ‖G_k‖`` is at most ``tol``.
 
+    Directions that every ``G_m`` leaves numerically null (eigenvalue of ``Σ p_m G_m`` at
+    most :data:`~fedsheaf.theory.psd.PINV_RCOND` times its largest) stay null: the
+    iteration runs on their complement (pseudo-inverse roots), where the barycenter
+    lives, since it is dominated by the arithmetic mean (Bhatia, Jain & Lim,
+    "Inequalities for the Wasserstein mean of positive definite matrices", 2019). Its
+    entries along them are then zero instead of their true values, at most that small.
+
+    Rounding stalls the step near ``1e-16`` times the matrices' condition number, so an
+    extremely ill-conditioned set needs a looser ``tol`` (or more ``max_iter``).
+
     Raises
     ------
     ConvergenceError
@@ -100,7 +112,14 @@ def barycenter(
     """
     Gs = np.asarray(Gs, dtype=float)
     p = check_weights(p, len(Gs))
-    G = sym(np.tensordot(p, Gs, axes=1) if G0 is None else np.asarray(G0, dtype=float))
+    if G0 is None:
+        G = sym(np.tensordot(p, Gs, axes=1))
+        w = np.linalg.eigvalsh(G)
+        if w[0] <= PINV_RCOND * w[-1]:  # a shared null direction: start on its complement
+            r, _ = sqrt_and_pinv_sqrt(G)
+            G = sym(r @ r)
+    else:
+        G = sym(np.asarray(G0, dtype=float))
     step = np.inf
     for k in range(1, max_iter + 1):
         G_next = gram_step(G, Gs, p)
@@ -108,7 +127,19 @@ def barycenter(
         G = G_next
         if step <= tol:
             return BarycenterResult(G, k)
+    kappa = _condition(Gs)
+    reach = f", so a tol of {1e-15 * kappa:.0e} is reachable" if np.isfinite(kappa) else ""
     raise ConvergenceError(
         f"BW barycenter did not converge: relative step {step:.3e} > tol {tol:.1e} "
-        f"after max_iter={max_iter} iterations"
+        f"after max_iter={max_iter} iterations (condition number of the matrices up to "
+        f"{kappa:.3g}: rounding stalls the step near 1e-16 times it{reach})"
     )
+
+
+def _condition(Gs: np.ndarray) -> float:
+    """The largest condition number ``λ_max / λ_min`` among ``Gs`` (inf if singular)."""
+    worst = 1.0
+    for Gm in Gs:
+        w = np.linalg.eigvalsh(sym(Gm))
+        worst = max(worst, float(w[-1] / w[0]) if w[0] > 0 else np.inf)
+    return worst

@@ -53,8 +53,11 @@ def plot_gram_ellipses(
 ) -> Path:
     """Ellipses ``{G^{1/2}u : ‖u‖ = 1}`` of the client Grams, ``G_⋆``, ``G_cen`` and ``G_t``.
 
-    Only the leading 2×2 block is drawn when ``C > 2``.
+    Only the leading 2×2 block is drawn when ``C > 2``; for ``C = 1`` each Gram ``g`` is
+    the interval ``[−√g, √g]`` (the one-dimensional ellipse), one row per matrix.
     """
+    if np.shape(G_star)[0] == 1:
+        return _plot_gram_intervals(path, client_grams, G_star, G_cen, grams, rounds, title)
     fig, ax = _figure((7.0, 5.5))
     for m, Gm in enumerate(client_grams):
         x, y = ellipse_points(Gm[:2, :2])
@@ -71,6 +74,41 @@ def plot_gram_ellipses(
     ax.axhline(0, color="0.85", lw=0.5, zorder=0)
     ax.axvline(0, color="0.85", lw=0.5, zorder=0)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return save_figure_atomic(fig, path, dpi=120)
+
+
+def _plot_gram_intervals(
+    path: str | Path,
+    client_grams: np.ndarray,
+    G_star: np.ndarray,
+    G_cen: np.ndarray,
+    grams: np.ndarray,
+    rounds: Sequence[int],
+    title: str,
+) -> Path:
+    """:func:`plot_gram_ellipses` for ``C = 1``: intervals ``[−√g, √g]``, one per row."""
+    shades = matplotlib.colormaps["Blues"](np.linspace(0.35, 0.95, len(rounds)))
+    rows: list[tuple[float, str, str, str]] = [
+        (float(G[0, 0]), _CLIENT_COLOURS[m % len(_CLIENT_COLOURS)], ":", f"client {m + 1} $G_m$")
+        for m, G in enumerate(client_grams)
+    ]
+    rows += [
+        (float(grams[t][0, 0]), colour, "-", f"$G_t$, t={t}")
+        for colour, t in zip(shades, rounds, strict=True)
+    ]
+    rows += [
+        (float(G_star[0, 0]), "k", "--", r"$G_\star$"),
+        (float(G_cen[0, 0]), "r", "--", r"$G_{cen}$"),
+    ]
+    fig, ax = _figure((7.0, 0.9 + 0.35 * len(rows)))
+    for y, (g, colour, style, label) in enumerate(reversed(rows)):
+        half = float(np.sqrt(max(g, 0.0)))
+        ax.plot([-half, half], [y, y], ls=style, lw=2.0, color=colour, marker="|", label=label)
+    ax.set_yticks(range(len(rows)), [label for *_, label in reversed(rows)], fontsize=8)
+    ax.axvline(0, color="0.85", lw=0.5, zorder=0)
+    ax.set_xlabel(r"$\pm\sqrt{G}$ (C = 1: the ellipse is an interval)")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return save_figure_atomic(fig, path, dpi=120)

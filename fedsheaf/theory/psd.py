@@ -17,6 +17,8 @@ __all__ = [
     "sqrtm_psd",
     "inv_sqrtm_pd",
     "sqrt_and_inv_sqrt",
+    "sqrt_and_pinv_sqrt",
+    "PINV_RCOND",
     "inv_pd",
     "min_eig",
     "rel_err",
@@ -26,9 +28,9 @@ __all__ = [
 
 
 def sym(A: np.ndarray) -> np.ndarray:
-    """Symmetric part ``(A + Aᵀ)/2`` of a square matrix."""
+    """Symmetric part ``(A + Aᵀ)/2`` of a square matrix (halved first: no overflow)."""
     A = np.asarray(A, dtype=float)
-    return 0.5 * (A + A.T)
+    return 0.5 * A + 0.5 * A.T
 
 
 def eigh_sym(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -74,6 +76,29 @@ def sqrt_and_inv_sqrt(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     _check_pd(w, "sqrt_and_inv_sqrt")
     s = np.sqrt(w)
     return sym((V * s) @ V.T), sym((V / s) @ V.T)
+
+
+#: Relative cutoff of :func:`sqrt_and_pinv_sqrt`: eigenvalues at most this times the
+#: largest one count as zero. Below it the inverse square root would amplify rounding
+#: errors by more than 1e6 (1/√1e-12), so such directions are numerically null.
+PINV_RCOND = 1e-12
+
+
+def sqrt_and_pinv_sqrt(A: np.ndarray, rcond: float = PINV_RCOND) -> tuple[np.ndarray, np.ndarray]:
+    """``(A^{1/2}, (A^{1/2})^+)`` of a PSD matrix, with numerically null directions dropped.
+
+    Eigenvalues at most ``rcond`` times the largest (negative ones from rounding
+    included) count as zero in both roots, so the pair is a PSD-safe stand-in for
+    :func:`sqrt_and_inv_sqrt` on the range of ``A``: for a positive definite ``A`` with
+    condition number below ``1/rcond`` it returns the same matrices.
+    """
+    w, V = eigh_sym(A)
+    scale = max(float(np.max(np.abs(w))), np.finfo(float).tiny)
+    keep = w > rcond * scale
+    s = np.sqrt(np.where(keep, w, 1.0))
+    root = np.where(keep, s, 0.0)
+    inv = np.where(keep, 1.0 / s, 0.0)
+    return sym((V * root) @ V.T), sym((V * inv) @ V.T)
 
 
 def inv_pd(A: np.ndarray) -> np.ndarray:

@@ -23,6 +23,7 @@ import numpy as np
 
 from fedsheaf.theory.bures import barycenter, bw_distance_sq, selected_head
 from fedsheaf.theory.checks import check_int, check_real
+from fedsheaf.theory.exceptions import ConvergenceError
 from fedsheaf.theory.local import gd_steps, proximal_solve
 from fedsheaf.theory.psd import rel_err, sym
 from fedsheaf.theory.ufm import (
@@ -55,6 +56,10 @@ class SimSettings:
     prox_start : start of each proximal solve: the selected head ``Π_m(W_t)`` (as in the
         paper's App. D.1) or the broadcast ``W_t``.
     solver_gtol, solver_max_iter, solver_grad_tol : L-BFGS-B settings of proximal solves.
+    barycenter_tol, barycenter_max_iter : stopping rule of the BW barycenter iterations
+        (``G_⋆`` and the prediction): relative Frobenius step at most ``barycenter_tol``
+        within ``barycenter_max_iter`` iterations. Client Grams with extreme condition
+        numbers stall the step near 1e-16 times it and need a looser tolerance.
     """
 
     mode: str = "exact"
@@ -67,6 +72,8 @@ class SimSettings:
     solver_gtol: float = 1e-12
     solver_max_iter: int = 20000
     solver_grad_tol: float = 1e-7
+    barycenter_tol: float = 1e-13
+    barycenter_max_iter: int = 1000
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -78,11 +85,13 @@ class SimSettings:
         _check_int("rounds", self.rounds, 0)
         _check_int("local_steps", self.local_steps, 1)
         _check_int("solver_max_iter", self.solver_max_iter, 1)
+        _check_int("barycenter_max_iter", self.barycenter_max_iter, 1)
         _check_real("rho", self.rho, lo=0.0)
         _check_real("gamma", self.gamma, lo=0.0, hi=1.0)
         _check_real("lr", self.lr, lo=0.0, strict=True)
         _check_real("solver_gtol", self.solver_gtol, lo=0.0, strict=True)
         _check_real("solver_grad_tol", self.solver_grad_tol, lo=0.0, strict=True)
+        _check_real("barycenter_tol", self.barycenter_tol, lo=0.0, hi=1.0, strict=True)
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -209,10 +218,17 @@ def simulate(inst: UFMInstance, W0: np.ndarray, settings: SimSettings) -> SimRes
     W = np.asarray(W0, dtype=float)
     if W.ndim != 2 or W.shape[0] != inst.C or np.linalg.matrix_rank(W) < inst.C:
         raise ConfigError(f"initial head must be a full-row-rank {inst.C}×P matrix, got {W.shape}")
-    gap = gap_decomposition(inst)
+    tol, max_iter = settings.barycenter_tol, settings.barycenter_max_iter
+    try:
+        gap = gap_decomposition(inst, tol=tol, max_iter=max_iter)
+        grams = client_grams(inst, settings.gamma)
+        G_pred = barycenter(grams, inst.p, tol=tol, max_iter=max_iter).G
+    except ConvergenceError as exc:
+        raise ConvergenceError(
+            f"{exc}: set simulation.barycenter_tol or barycenter_max_iter (fedsheaf ufm "
+            "--barycenter-tol, --barycenter-max-iter)"
+        ) from None
     targets = corrected_targets(inst, settings.gamma)
-    grams = client_grams(inst, settings.gamma)
-    G_pred = barycenter(grams, inst.p, tol=1e-13).G
     Gc = g_cen(inst)
     heads, gnorms = [W], []
     for _ in range(settings.rounds):

@@ -74,6 +74,35 @@ class UFMInstance:
         object.__setattr__(self, "p", p)
         object.__setattr__(self, "lam_H", float(self.lam_H))
         object.__setattr__(self, "lam_W", float(self.lam_W))
+        self._check_derived()
+
+    def _check_derived(self) -> None:
+        """The pooled moments must be finite too: blame the means or covariances that
+        overflow them (squares of entries beyond ~1e154 exceed the float range)."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            mu_ok = bool(np.all(np.isfinite(self.mu_g)) and np.all(np.isfinite(self.Sigma_mu)))
+            within_ok = bool(np.all(np.isfinite(self.Sigma_within)))
+            cen_ok = bool(np.all(np.isfinite(self.Sigma_cen)))
+        if not mu_ok:
+            m = int(np.argmax(np.max(np.abs(self.mus), axis=1)))
+            big = float(np.max(np.abs(self.mus[m])))
+            raise ConfigError(
+                f"clients[{m}].mean (entries up to {big:.3g}) makes the between-client "
+                "scatter Sigma_mu of the means overflow the float range; rescale the means "
+                "(and covariances)"
+            )
+        if not within_ok:
+            m = int(np.argmax(np.max(np.abs(self.Sigmas), axis=(1, 2))))
+            big = float(np.max(np.abs(self.Sigmas[m])))
+            raise ConfigError(
+                f"clients[{m}].cov (entries up to {big:.3g}) makes the weighted covariance "
+                "Sigma_within overflow the float range; rescale the covariances"
+            )
+        if not cen_ok:
+            raise ConfigError(
+                "Sigma_cen = Sigma_within + Sigma_mu overflows the float range: the means "
+                "and covariances together are too large; rescale them"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready description (nested lists of floats)."""
@@ -117,6 +146,11 @@ class UFMInstance:
         return self.Sigma_within + self.Sigma_mu
 
 
+#: Largest Gram entry the toolkit accepts: the barycenter, transport maps and BW
+#: distances multiply Grams, so their squares must stay below the float range (~1.8e308).
+GRAM_LIMIT = 1e150
+
+
 def phi(T: np.ndarray, lam_H: float, lam_W: float, name: str = "T") -> np.ndarray:
     """Optimal head Gram ``φ(T) = √(λ_H/λ_W) T^{1/2} − λ_H I`` of ``F(·; T)``.
 
@@ -125,6 +159,8 @@ def phi(T: np.ndarray, lam_H: float, lam_W: float, name: str = "T") -> np.ndarra
     NotFullyActiveError
         If ``λ_min(T) ≤ λ_H λ_W`` (outside the fully active regime); ``name`` identifies
         the offending matrix in the message.
+    ConfigError
+        If the Gram has entries above :data:`GRAM_LIMIT`.
     """
     lo = min_eig(T)
     if not lo > lam_H * lam_W:
@@ -133,11 +169,21 @@ def phi(T: np.ndarray, lam_H: float, lam_W: float, name: str = "T") -> np.ndarra
             f"must exceed lam_H*lam_W = {lam_H * lam_W:.6g}"
         )
     C = np.shape(T)[0]
-    return sym(np.sqrt(lam_H / lam_W) * sqrtm_psd(T) - lam_H * np.eye(C))
+    G = sym(np.sqrt(lam_H / lam_W) * sqrtm_psd(T) - lam_H * np.eye(C))
+    big = float(np.max(np.abs(G)))
+    if not big <= GRAM_LIMIT:
+        raise ConfigError(
+            f"{name} is too large: its optimal head Gram has entries up to {big:.3g}, and "
+            f"products of Grams must stay in the float range (entries at most "
+            f"{GRAM_LIMIT:.0e}); rescale the covariances (or lam_H/lam_W)"
+        )
+    return G
 
 
 def corrected_targets(inst: UFMInstance, gamma: float = 0.0) -> np.ndarray:
     """Effective client covariances ``(1−γ) Σ_m + γ Σ_cen`` under the scaled correction γC_m."""
+    if gamma == 0:
+        return inst.Sigmas.copy()
     return (1.0 - gamma) * inst.Sigmas + gamma * inst.Sigma_cen
 
 

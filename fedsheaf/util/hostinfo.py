@@ -203,3 +203,37 @@ def singleton_hint(n_ranks: int) -> str:
         f"srun {others} (SRUN_MPI= for the slurm/ scripts; Open MPI 5 and later speak "
         "pmix only), or build mpi4py against the site MPI)"
     )
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace (``""`` where ``/proc`` cannot say): processes of one
+    host that share it name each other by the same pids."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def process_state(pid: int) -> str:
+    """What has become of process ``pid`` of this host (and PID namespace): ``"gone"``
+    (ended, or a zombie its parent has not reaped), ``"stopped"`` (SIGSTOP, a debugger)
+    or ``"running"`` (also when that cannot be told)."""
+    if not Path("/proc/self/stat").is_file():  # no /proc (macOS): whether it exists at all
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return "gone"
+        except OSError:
+            pass
+        return "running"
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return "gone"
+    except OSError:
+        return "running"
+    fields = stat.rpartition(")")[2].split()  # (the command name may hold spaces)
+    state = fields[0] if fields else ""
+    return {"Z": "gone", "X": "gone", "x": "gone", "T": "stopped", "t": "stopped"}.get(
+        state, "running"
+    )

@@ -61,14 +61,14 @@ def get_logger(name: str) -> logging.Logger:
     return logging.getLogger(name)
 
 
-class _StandardStream(logging.StreamHandler):  # type: ignore[type-arg]
+class _StandardStream(logging.StreamHandler):
     """A handler writing to ``sys.<name>`` as it is at each record, flushed after each."""
 
     def __init__(self, name: str) -> None:
         self._which = name
         super().__init__()
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> TextIO | None:
         return getattr(sys, self._which, None)
 

@@ -75,7 +75,7 @@ class ReaderGoneGuard:
         except (OSError, ValueError):
             pass
         self._stream = sink
-        try:
+        try:  # print, not logging: this runs inside a write to stdout, maybe a log handler's
             print(NOTICE, file=sys.stderr, flush=True)
         except OSError:  # stderr went with it (2>&1 | head)
             pass

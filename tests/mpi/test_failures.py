@@ -139,3 +139,121 @@ def test_diverged_client_stops_a_server_based_run(tmp_path, fmnist_root, placeme
     assert json.loads((run / "failed.json").read_text())["rank"] == int(found.group(1))
     assert "Traceback" not in bad.stderr
     assert checkpoint.latest(run, 3).epoch == 2
+
+
+def _rank_pid(tag: str, launcher: int, rank: int) -> int:
+    """The pid of world rank ``rank`` among the ranks whose command line carries ``tag``."""
+    for pid in _rank_pids(tag, launcher):
+        environ = (Path("/proc") / str(pid) / "environ").read_bytes().split(b"\0")
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in environ:
+            return pid
+    raise AssertionError(f"no rank {rank} among the processes of {tag}")
+
+
+def _last_words(output: str) -> list[str]:
+    """The lines in which a job's ranks say why it ended (prterun, relaying a rank's stderr
+    as it aborts, may put a NUL byte before one)."""
+    lines = [ln.lstrip("\0") for ln in output.splitlines()]
+    return [ln for ln in lines if re.match(r"fedsheaf: (error|rank)", ln)]
+
+
+@pytest.mark.parametrize("how", ["exception", "sigkill"])
+def test_a_server_rank_that_dies_is_named_not_a_worker_terminated_after_it(
+    tmp_path, fmnist_root, how
+):
+    """FedAvg at np = 3: the server (rank 0) dies mid-run, by an exception (its
+    metrics.jsonl turned into a directory under it: a write error on rank 0 alone; its
+    abort hook speaks) or by SIGKILL (nothing runs on it: a worker of its node, terminated
+    by the launcher, finds its process gone). failed.json and the one line on standard
+    error name rank 0, the server; no worker claims the job was cancelled. (Before, a
+    SIGKILLed server left 'rank 1 terminated by SIGTERM (the job was cancelled, ...)'.)"""
+    from fedsheaf.rundir.files import FAILURE_FILE, read_json_object, read_metrics
+    from tests.mpi.test_resume_server import _config
+
+    cfg = {
+        "name": "server",
+        "algorithm": "fedavg",
+        "seed": 1,
+        "data": {"dataset": "fashionmnist", "root": str(fmnist_root), "limit": 600},
+        "train": {"batch_size": 10, "lr": 0.01},
+        "federated": {
+            "clients": 5,
+            "classes_per_client": 2,
+            "train_per_client": 20,
+            "test_per_client": 10,
+            "rounds": 5000,
+            "fraction": 0.5,
+            "local_epochs": 1,
+        },
+    }
+    path = _config(tmp_path, cfg)
+    name = f"server-{how}-{uuid.uuid4().hex[:12]}"  # unique command line, to find the ranks
+    run = tmp_path / "runs" / name
+    args = ["-m", "fedsheaf", "run", str(path), f"output.name={name}"]
+    job = BackgroundMpi(3, args, tmp_path / "out.txt")
+    try:
+        deadline = time.monotonic() + 180
+        metrics = run / "metrics.jsonl"
+        while not metrics.is_file() or len(read_metrics(metrics)) < 2:
+            assert job.poll() is None and time.monotonic() < deadline, job.output()
+            time.sleep(0.05)
+        if how == "sigkill":
+            os.kill(_rank_pid(f"output.name={name}", job.pid, 0), signal.SIGKILL)
+        else:
+            metrics.rename(run / "metrics.kept")
+            metrics.mkdir()  # the server's next append fails: WriteError on rank 0
+        code = job.wait(timeout=60)  # the job ends instead of hanging
+    finally:
+        job.kill()
+    output = job.output()
+    assert code != 0
+    failure = read_json_object(run / FAILURE_FILE)
+    assert failure["rank"] == 0, failure
+    said = _last_words(output)
+    assert len(said) == 1, output
+    if how == "sigkill":
+        assert said[0] == f"fedsheaf: rank 0 (the server) {failure['error']}"
+        assert failure["error"].startswith("ended without a word: killed by a signal")
+        assert failure["error"].endswith(f"; to continue the run: fedsheaf run --resume {run}")
+    else:
+        assert said[0] == (
+            f"fedsheaf: error on rank 0 (the server): cannot write {metrics}: Is a directory"
+        )
+        assert failure["error"] == f"cannot write {metrics}: Is a directory"
+    assert "terminated by SIGTERM" not in output and "Traceback" not in output
+
+
+def test_a_stopped_rank_ends_the_job_within_the_step_timeout(tmp_path):
+    """SIGSTOP to one rank of a decentralized run (as the operating system may stop a
+    process): its neighbours would wait in their exchange for ever. With
+    train.step_timeout=3 the job ends within seconds, one line and failed.json naming the
+    stopped rank; its last checkpoint stays intact."""
+    name = f"stopped-{uuid.uuid4().hex[:12]}"
+    run = tmp_path / name
+    args = ["-m", "fedsheaf", "run", "configs/quickstart.yaml", f"output.dir={tmp_path}"]
+    args += [f"output.name={name}", "train.epochs=500", "train.steps_per_epoch=2"]
+    args += ["train.step_timeout=3", "checkpoint.every=1"]
+    job = BackgroundMpi(4, args, tmp_path / "out.txt")
+    try:
+        deadline = time.monotonic() + 180
+        while (checkpoint.latest(run, 4) or checkpoint.Checkpoint(run, 0, 4)).epoch < 2:
+            assert job.poll() is None and time.monotonic() < deadline, job.output()
+            time.sleep(0.05)
+        os.kill(_rank_pid(f"output.name={name}", job.pid, 2), signal.SIGSTOP)
+        stopped = time.monotonic()
+        code = job.wait(timeout=90)
+        took = time.monotonic() - stopped
+    finally:
+        job.kill()  # (SIGKILL ends a stopped process too)
+    output = job.output()
+    assert code != 0, output
+    assert took < 45, f"the job took {took:.0f} s to end"
+    failure = json.loads((run / "failed.json").read_text())
+    assert failure["rank"] == 2, failure
+    assert failure["error"].startswith(
+        "does not answer (its process is stopped: SIGSTOP, or a debugger): the job made no "
+        "progress for "
+    )
+    assert "(train.step_timeout=3), so the job was ended" in failure["error"]
+    assert _last_words(output) == [f"fedsheaf: rank 2 {failure['error']}"], output
+    _assert_intact(run, 2)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedsheaf.rundir.files import read_metrics
+from fedsheaf.rundir.files import mark, read_metrics
 from fedsheaf.util import reader_gone
 from tests.conftest import REPO, mpi_env
 
@@ -92,6 +94,7 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         (torn_root / "FashionMNIST" / "raw" / f).write_bytes(b"\x00\x00\x08\x03\x00")
     unfinished = tmp / "runs" / "unfinished"
     (unfinished / "checkpoints").mkdir(parents=True)
+    mark(unfinished)  # a fedsheaf run's (without the mark: somebody else's)
     finished = tmp / "runs" / "finished"
     finished.mkdir(parents=True)
     (finished / "config.yaml").write_text(Path(good).read_text())
@@ -270,6 +273,7 @@ def test_a_run_file_that_is_a_directory_is_refused_before_overwrite_removes_anyt
         (run / "checkpoints" / "epoch-0001" / f"rank-{rank}.pt").write_bytes(b"state")
     (run / "checkpoints" / "latest.json").write_text('{"epoch": 1, "n_ranks": 2}')
     (run / "config.yaml").write_text("name: dirs\n")
+    mark(run)
     (run / "metrics.jsonl").mkdir()  # what a stray mkdir or copy leaves
     before = sorted(p.relative_to(run) for p in run.rglob("*"))
     again = mpirun(2, ["-m", "fedsheaf", "run", good, "output.overwrite=true"])
@@ -401,13 +405,68 @@ def test_a_sweep_stops_when_two_runs_in_a_row_are_refused_alike(tmp_path):
     )
     out = _cli("sweep", str(study), "--local")
     assert out.returncode == 1, out.stdout + out.stderr
-    lines = out.stdout.splitlines()
+    lines = out.stderr.splitlines()  # a run's failure, and why, are errors: on stderr
     refusals = [ln for ln in lines if "fedsheaf: error: " in ln and "truncated" in ln]
     assert [ln.split(":")[0] for ln in refusals] == [
         "[1/3] sheaf_frl-sheaf.lam0.1-seed0",
         "[2/3] sheaf_frl-sheaf.lam0.1-seed1",
-    ], out.stdout
+    ], out.stderr
     assert "sweep damaged: stopped: two runs in a row were refused with the same error" in (
-        out.stdout
+        out.stderr
     )
-    assert not any(ln.startswith("[3/3]") for ln in lines), out.stdout
+    said = (out.stdout + out.stderr).splitlines()
+    assert not any(ln.startswith("[3/3]") for ln in said), out.stdout + out.stderr
+
+
+def _read_only_mounts(probe_dir: Path) -> list[str] | None:
+    """The command words that run a command in a mount namespace of its own, where it may
+    bind-mount a directory read-only (root: ``unshare -m``; others: in a user namespace of
+    their own too), or None where this machine does not allow it (tried on ``probe_dir``)."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    words = [unshare, "-m"] if os.geteuid() == 0 else [unshare, "-r", "-m"]
+    d = shlex.quote(str(probe_dir))
+    probe = subprocess.run(
+        [*words, "sh", "-c", f"mount --bind {d} {d} && mount -o remount,bind,ro {d}"],
+        capture_output=True,
+        timeout=60,
+    )
+    return words if probe.returncode == 0 else None
+
+
+def test_a_resume_on_a_read_only_file_system_says_so_without_advising_another_output_dir(
+    tmp_path,
+):
+    """``fedsheaf run --resume RUN_DIR`` keeps the run where it is, so its refusal on a file
+    system mounted read-only must say that, and not advise another output.dir. The mount
+    (a read-only bind of the run directory, made in a mount namespace of the resuming
+    process's own: chmod does not stop root) is real; so is the run being resumed."""
+    words = _read_only_mounts(tmp_path)
+    if words is None:
+        pytest.skip("no mount namespace with a read-only bind mount allowed here")
+    good = _config(tmp_path, "ro", _graph(tmp_path, "one", [0], []))
+    made = _cli("run", good, "train.epochs=2", "checkpoint.every=1")
+    assert made.returncode == 0, made.stderr
+    run = tmp_path / "runs" / "ro-sheaf_frl-seed0"
+    (run / "summary.json").unlink()  # as a run cut short leaves it
+    before = sorted(p.name for p in run.iterdir())
+    resume = shlex.join([sys.executable, "-m", "fedsheaf", "run", "--resume", str(run)])
+    d = shlex.quote(str(run))
+    script = f"mount --bind {d} {d} && mount -o remount,bind,ro {d} && exec {resume}"
+    proc = subprocess.run(
+        [*words, "sh", "-c", script],
+        cwd=REPO,
+        env=mpi_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == (
+        f"fedsheaf: error: cannot write into run directory {run}: it is on a read-only file "
+        "system; remount it read-write, or copy the run directory to a writable place and "
+        "resume the copy\n"
+    )
+    assert "output.dir" not in proc.stderr
+    assert sorted(p.name for p in run.iterdir()) == before

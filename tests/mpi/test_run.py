@@ -155,3 +155,31 @@ def test_study_configs_start(mpirun, tmp_path, fmnist_root, config, n, dims):
     summary = json.loads(summary_file.read_text())
     assert [a["dim"] for a in summary["agents"]][:3] == dims
     assert summary["n_agents"] == n
+
+
+#: ``python -c`` program: ``fedsheaf ARGS`` with the address space capped at 8 GiB, so a
+#: batch that is not capped fails fast instead of filling a shared machine's memory.
+LIMITED = (
+    "import resource, runpy, sys; "
+    "resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30)); "
+    "sys.argv = ['fedsheaf', *sys.argv[1:]]; runpy.run_module('fedsheaf', run_name='__main__')"
+)
+
+
+def test_an_absurd_batch_is_capped_at_the_data_and_the_run_completes(mpirun, tmp_path):
+    """train.batch_size=100000000 used to warn, then gather a 1e8-row batch (25.6 GB of
+    digits rows per rank) and die; now each agent's batch is its training set, said once."""
+    config = _pair_files(tmp_path, [20, 12], "sheaf_frl")
+    big = ["train.batch_size=100000000", "sheaf.pilot_batch=100000000"]
+    proc = mpirun(
+        2,
+        ["-c", LIMITED, "run", str(config), f"output.dir={tmp_path / 'runs'}", *QUICK, *big],
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "train.batch_size=100000000" in line]
+    assert len(said) == 1 and "each of their batches is capped at its training set" in said[0]
+    assert "exceeds the training samples of 2 agents (agent 0: " in said[0]
+    assert proc.stderr.count("sheaf.pilot_batch=100000000 exceeds the") == 1
+    assert (tmp_path / "runs" / "pair-sheaf_frl-seed0" / "summary.json").is_file()

@@ -89,7 +89,8 @@ def test_fedrep_results_do_not_depend_on_the_rank_count(mpirun, tmp_path, fmnist
     # train.epochs (set in the static run) is not read by server-based runs: one warning,
     # and the metrics below still agree
     warning = "fedsheaf: warning: fedrep does not read train.epochs (server-based runs count"
-    assert procs["static"].stdout.count(warning) == 1 and "warning" not in out
+    assert procs["static"].stderr.count(warning) == 1 and "warning" not in out
+    assert warning not in procs["static"].stdout  # (on standard error)
     assert "10 clients on 3 worker ranks (up to 4 per rank)" in out
     assert "10 clients on 1 worker rank (up to 10 per rank)" in procs[2].stdout
     assert "dynamic placement (every worker holds every client)" in out
@@ -223,7 +224,7 @@ def test_local_trains_every_client_every_round_and_shares_nothing(mpirun, tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert f"{CLIENTS} clients per round" in proc.stdout and "static placement" in proc.stdout
     # the tiny config's fraction (0.3) is not Local's: one warning says so
-    assert proc.stdout.count("warning: local does not read federated.fraction") == 1
+    assert proc.stderr.count("warning: local does not read federated.fraction") == 1
     records = read_metrics(tmp_path / "runs" / "local" / "metrics.jsonl")
     assert [r["selected"] for r in records] == [list(range(CLIENTS))] * 2
     for r in records:  # the protocol moves nothing; MPI carries reports and evaluations

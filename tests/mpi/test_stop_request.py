@@ -1,6 +1,8 @@
 """SIGUSR1 (SLURM's warning before a time limit) stops a run at the next epoch (round)
-end with a checkpoint, on real ranks: exit status 75, the checkpoint of that epoch
-although none was due, and a resume that continues as if nothing had happened.
+end with a checkpoint, on real ranks: a planned stop that reads as one (every rank exits
+0, so mpiexec prints no crash banner; stopped.json and FEDSHEAF_STOPPED_FILE say it), the
+checkpoint of that epoch although none was due, and a resume that continues as if nothing
+had happened.
 
 The signal goes to one rank only: the ranks decide together (an OR over the job).
 """
@@ -20,7 +22,6 @@ import pytest
 
 from fedsheaf.rundir import checkpoint
 from fedsheaf.rundir.files import STOP_FILE, read_json_object
-from fedsheaf.runtime.stop_request import STOPPED_EXIT
 from tests.conftest import BackgroundMpi, mpi_env, run_mpi, untimed
 from tests.mpi.test_failures import _rank_pids
 
@@ -66,7 +67,10 @@ def _stop_one_rank(job: BackgroundMpi, tag: str, run: Path, after: int) -> int:
         assert job.poll() is None and time.monotonic() < deadline, job.output()
         time.sleep(0.05)
     os.kill(_rank_pids(tag, job.pid)[-1], signal.SIGUSR1)
-    assert job.wait(timeout=180) == STOPPED_EXIT, job.output()
+    # a planned stop, not a crash: Open MPI's banner for a non-zero exit would say
+    # "prterun detected that one or more processes exited with non-zero status"
+    assert job.wait(timeout=180) == 0, job.output()
+    assert "non-zero status" not in job.output() and "terminated" not in job.output()
     said = re.search(r"stopped on SIGUSR1 after (epoch|round) (\d+) of (\d+)", job.output())
     assert said, job.output()
     assert f"fedsheaf run --resume {run}" in job.output()
@@ -255,7 +259,10 @@ def test_sigterm_to_the_ranks_ends_the_job_saying_so(tmp_path):
     finally:
         job.kill()
     failure = read_json_object(run / FAILURE_FILE)
-    said = "terminated by SIGTERM (the job was cancelled, or its launcher stopped)"
+    said = (
+        "terminated by SIGTERM (the job was cancelled, its launcher stopped, or a rank on "
+        "another node died)"
+    )
     assert failure["error"] == f"{said}; to continue the run: fedsheaf run --resume {run}"
     output = job.output()
     assert output.count(f"fedsheaf: rank {failure['rank']} {said}") == 1, output

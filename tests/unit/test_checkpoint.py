@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -95,10 +96,13 @@ def test_other_rank_count_and_damaged_files_are_clear_errors(tmp_path):
     with pytest.raises(CheckpointError, match="hold 2 ranks but this job has 4"):
         checkpoint.latest(tmp_path, 4)
     good = ckpt.rank_file(0).read_bytes()
+    legacy = checkpoint.Checkpoint(tmp_path, 1, 2)  # as named by a manifest without digests
     for junk in (b"not a torch file", b"garbage\n" * 10, good[:100], b""):
         ckpt.rank_file(1).write_bytes(junk)
+        with pytest.raises(CheckpointError, match="rank-1.pt is truncated"):
+            checkpoint.load_rank(ckpt, 1)  # its digest finds it first
         with pytest.raises(CheckpointError) as err:
-            checkpoint.load_rank(ckpt, 1)
+            checkpoint.load_rank(legacy, 1)
         # one line, and none of torch's advice to load it without weights_only
         said = str(err.value)
         assert said.startswith(
@@ -108,10 +112,10 @@ def test_other_rank_count_and_damaged_files_are_clear_errors(tmp_path):
         assert "\n" not in said and "weights_only" not in said, said
     ckpt.rank_file(1).write_bytes(ckpt.rank_file(0).read_bytes())
     with pytest.raises(CheckpointError, match="does not hold rank 1, epoch 1"):
-        checkpoint.load_rank(ckpt, 1)
+        checkpoint.load_rank(legacy, 1)
     torch.save({"epoch": 1}, ckpt.rank_file(1))
     with pytest.raises(CheckpointError, match="not a fedsheaf checkpoint"):
-        checkpoint.load_rank(ckpt, 1)
+        checkpoint.load_rank(legacy, 1)
 
 
 def test_fresh_start_refuses_an_unfinished_run(tmp_path):
@@ -151,6 +155,105 @@ def test_a_resume_forgets_the_checkpoints_it_could_not_use(tmp_path):
     checkpoint.commit(tmp_path, 12, 1, keep=2)
     manifest = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
     assert manifest["epochs"] == [8, 12] and manifest["epoch"] == 12
+
+
+def _garble_tensor(path, tensor) -> None:
+    """Flip bytes in the middle of ``tensor``'s data inside checkpoint file ``path`` (the
+    archive stores it uncompressed), as a failing disk or copy would."""
+    data = bytearray(path.read_bytes())
+    raw = tensor.numpy().tobytes()
+    at = data.find(raw)
+    assert at > 0
+    middle = at + len(raw) // 2
+    data[middle : middle + 4] = bytes(b ^ 0x5A for b in data[middle : middle + 4])
+    path.write_bytes(bytes(data))
+
+
+def test_every_rank_file_is_committed_with_its_digest_and_checked_before_it_is_read(tmp_path):
+    weights = torch.linspace(-1, 1, 2000)
+    for epoch in (1, 2):
+        for rank in range(2):
+            checkpoint.save_rank(tmp_path, epoch, rank, {"w": weights * (rank + 1)})
+        ckpt = checkpoint.commit(tmp_path, epoch, 2)
+    manifest = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    for epoch in (1, 2):
+        for rank in range(2):
+            data = checkpoint.rank_file(tmp_path, epoch, rank).read_bytes()
+            assert manifest["files"][str(epoch)][f"rank-{rank}.pt"] == {
+                "sha256": hashlib.sha256(data).hexdigest(),  # hashed as torch wrote it
+                "bytes": len(data),
+            }
+    assert ckpt.files == manifest["files"]["2"]
+    # bytes garbled inside a tensor: torch reads the file without a word ...
+    path = ckpt.rank_file(1)
+    good = path.read_bytes()
+    _garble_tensor(path, weights * 2)
+    silently = torch.load(path, map_location="cpu", weights_only=True)["w"]
+    assert not torch.equal(silently, weights * 2)
+    # ... the digest does not
+    with pytest.raises(CheckpointError) as damaged:
+        checkpoint.load_rank(checkpoint.latest(tmp_path, 2), 1)
+    assert str(damaged.value) == (
+        f"checkpoint file {path} is damaged (sha256 mismatch: its bytes changed since it "
+        "was written)"
+    )
+    path.write_bytes(good[:-10])
+    with pytest.raises(CheckpointError, match=rf"rank-1.pt is truncated \({len(good) - 10} of"):
+        checkpoint.load_rank(ckpt, 1)
+    path.write_bytes(good + b"\0")
+    with pytest.raises(CheckpointError, match=rf"is damaged \({len(good) + 1} bytes, not the"):
+        checkpoint.load_rank(ckpt, 1)
+    path.unlink()
+    with pytest.raises(CheckpointError, match=r"epoch-0002/rank-1.pt is missing$"):
+        checkpoint.load_rank(ckpt, 1)
+    # a listed checkpoint that lost a file is named (for a resume to say so), not left out
+    assert [c.epoch for c in checkpoint.listed(tmp_path, 2)] == [2, 1]
+    assert [c.epoch for c in checkpoint.complete(tmp_path, 2)] == [1]
+    path.write_bytes(good)
+    assert torch.equal(checkpoint.load_rank(ckpt, 1)["w"], weights * 2)
+    # digests follow the epochs the manifest keeps
+    checkpoint.forget_after(tmp_path, 1)
+    manifest = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    assert manifest["epochs"] == [1] and list(manifest["files"]) == ["1"]
+    for rank in range(2):
+        checkpoint.save_rank(tmp_path, 3, rank, {})
+    checkpoint.commit(tmp_path, 3, 2, keep=1)
+    manifest = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    assert manifest["epochs"] == [3] and list(manifest["files"]) == ["3"]
+
+
+def test_a_manifest_from_before_digests_loads_as_it_is(tmp_path):
+    weights = torch.linspace(-1, 1, 2000)
+    checkpoint.save_rank(tmp_path, 1, 0, {"w": weights})
+    checkpoint.commit(tmp_path, 1, 1)
+    manifest = tmp_path / "checkpoints" / "latest.json"
+    old = json.loads(manifest.read_text())
+    del old["files"]
+    manifest.write_text(json.dumps(old))
+    ckpt = checkpoint.latest(tmp_path, 1)
+    assert ckpt.files is None
+    assert torch.equal(checkpoint.load_rank(ckpt, 0)["w"], weights)
+    for files in ('"x"', '{"1": {"rank-0.pt": {"sha256": 3}}}'):
+        manifest.write_text(json.dumps(old)[:-1] + f', "files": {files}}}')
+        with pytest.raises(CheckpointError, match="latest.json is malformed"):
+            checkpoint.latest(tmp_path, 1)
+
+
+def test_starting_over_deletes_only_the_checkpoint_files_fedsheaf_wrote(tmp_path):
+    _save_all(tmp_path, 1, 2)
+    _save_all(tmp_path, 2, 2)
+    theirs = {
+        tmp_path / "checkpoints" / "lightning-epoch=99.ckpt": b"theirs",
+        tmp_path / "checkpoints" / "epoch-0002" / "notes.txt": b"mine",
+    }
+    for f, data in theirs.items():
+        f.write_bytes(data)
+    _save_all(tmp_path, 3, 2, keep=1)  # prunes epoch 1 whole, of epoch 2 its rank files
+    assert not checkpoint.epoch_dir(tmp_path, 1).exists()
+    assert [p.name for p in checkpoint.epoch_dir(tmp_path, 2).iterdir()] == ["notes.txt"]
+    checkpoint.delete_checkpoints(tmp_path)
+    left = sorted(p for p in (tmp_path / "checkpoints").rglob("*") if p.is_file())
+    assert left == sorted(theirs) and all(f.read_bytes() == d for f, d in theirs.items())
 
 
 def test_unevaluated_lists_the_reached_epochs_without_an_evaluation():

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import json
 import subprocess
 import sys
 
 import pytest
 
+import fedsheaf
 from fedsheaf.cli import main as cli
 from fedsheaf.cli.main import options_first
 from tests.conftest import REPO
@@ -33,6 +35,14 @@ def test_run_imports_none_of_the_other_commands():
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_version_prints_the_packages_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"fedsheaf {fedsheaf.__version__}\n"
+    assert fedsheaf.__version__ == importlib.metadata.version("fedsheaf")  # what pip says
 
 
 @pytest.mark.parametrize("name", ["run", *(entry[0] for entry in cli.SUBCOMMANDS)])
@@ -151,6 +161,7 @@ def test_a_reader_that_goes_away_is_not_an_error(tmp_path):
     study = {  # a plan of 600 lines, well over what a pipe buffers
         "study": "many",
         "config": str(REPO / "configs/quickstart.yaml"),
+        "output": str(tmp_path / "sweep"),  # not runs/many in the checkout
         "seeds": list(range(600)),
         "axis": {"name": "s", "key": "data.shift", "values": [0.5]},
         "methods": [{"name": "sf"}],

@@ -13,7 +13,7 @@ from fedsheaf.cli import main as cli
 def test_config_error_names_the_file_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     path = tmp_path / "quick.yaml"
     path.write_text("name: quickstart\n")
-    assert cli.main(["ufm", "--config", str(path), "--out", str(tmp_path / "out")]) == 2
+    assert cli.main(["ufm", str(path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"fedsheaf: error: {path}: unknown key 'name'"), err
     assert err.count(str(path)) == 1
@@ -27,7 +27,7 @@ def test_an_unreadable_config_is_one_error_naming_it(tmp_path, capsys) -> None:
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)  # reading it would block
     for path, why in ((latin1, "not UTF-8 text"), (fifo, "not a regular file")):
-        assert cli.main(["ufm", "--config", str(path), "--out", str(tmp_path / "out")]) == 2
+        assert cli.main(["ufm", str(path), "--out", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err
         assert err == f"fedsheaf: error: cannot read UFM config {str(path)!r}: {why}\n"
     assert not (tmp_path / "out").exists()
@@ -82,3 +82,25 @@ def test_help_describes_the_command_and_shows_defaults(capsys: pytest.CaptureFix
         "output folder (default: runs/ufm)",
     ):
         assert text in out
+
+
+FIXED = Path(__file__).resolve().parents[2] / "configs" / "ufm_fixed.yaml"
+
+
+def test_the_config_is_positional_and_the_old_option_still_works(tmp_path, capsys) -> None:
+    argv = ["--rounds", "2"]
+    assert cli.main(["ufm", str(FIXED), *argv, "--out", str(tmp_path / "a")]) == 0
+    assert capsys.readouterr().err == ""
+    assert cli.main(["ufm", "--config", str(FIXED), *argv, "--out", str(tmp_path / "b")]) == 0
+    assert capsys.readouterr().err == (
+        "fedsheaf ufm: warning: --config is deprecated; give the config first: "
+        f"fedsheaf ufm {FIXED}\n"
+    )
+    first, second = (tmp_path / d / "ufm.json" for d in ("a", "b"))
+    assert first.read_bytes() == second.read_bytes()
+    assert cli.main(["ufm", str(FIXED), "--config", str(FIXED), "--out", str(tmp_path)]) == 2
+    assert "ufm: the config is given twice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["ufm", "--help"])
+    usage = capsys.readouterr().out
+    assert "[CONFIG]" in usage and "--config" not in usage

@@ -131,6 +131,12 @@ def test_epoch_batches_cover_every_sample_and_wrap():
     assert sorted(flat[:10].tolist()) == list(range(10))
 
 
+def test_a_batch_larger_than_the_data_is_capped_at_it():
+    # train.batch_size=100000000 used to build a 1e8-index batch (25.6 GB of digits rows)
+    batches = epoch_batches(10, 100_000_000, 3, torch.Generator().manual_seed(0))
+    assert [sorted(b.tolist()) for b in batches] == [list(range(10))] * 3
+
+
 def test_builders_check_graph_against_config():
     cfg = load_config("configs/quickstart.yaml")
     graph = experiment.build_graph(cfg, 4)
@@ -172,13 +178,16 @@ def test_every_rank_derives_the_same_partition_and_its_own_shard():
     assert experiment.batch_warning(cfg, part) == (
         f"fedsheaf: warning: train.batch_size={cfg.train.batch_size} exceeds the training "
         f"samples of 2 agents (agent {min(small)}: {sizes[min(small)]}, agent {max(small)}: "
-        f"{sizes[max(small)]}): their batches repeat samples"
+        f"{sizes[max(small)]}): each of their batches is capped at its training set (the "
+        "numbers shown)"
     )
     n = len(part.pilots)
     assert experiment.pilot_warning(cfg, part) is None
     cfg.sheaf.pilot_batch = n + 1
     said = f"fedsheaf: warning: sheaf.pilot_batch={n + 1} exceeds the {n} shared pilots"
-    assert experiment.pilot_warning(cfg, part) == f"{said}: every step uses all {n}"
+    assert experiment.pilot_warning(cfg, part) == (
+        f"{said}: capped at {n} (every step uses all of them)"
+    )
     graph = experiment.build_graph(cfg, 4)
     assert experiment.data_warnings(cfg, part, graph) == [
         experiment.batch_warning(cfg, part),

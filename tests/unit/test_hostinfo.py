@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,30 @@ def test_the_singleton_hint_offers_the_other_plugin_family(monkeypatch):
     monkeypatch.setenv("SLURM_MPI_TYPE", "pmix_v4")
     hint = singleton_hint(1)
     assert "plugin, pmix_v4, does not fit" in hint and "try srun --mpi=pmi2 (" in hint
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="no /proc here")
+def test_process_state_tells_a_stopped_and_an_ended_process():
+    """What a rank reads of a peer of its node (runtime/world.py, runtime/watchdog.py): a
+    real child process, stopped, continued, ended but not yet reaped, then reaped."""
+    import signal
+
+    from fedsheaf.util.hostinfo import process_state
+
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        assert process_state(child.pid) == "running"
+        os.kill(child.pid, signal.SIGSTOP)
+        for _ in range(200):  # (the kernel stops it at once; give a loaded host time)
+            if process_state(child.pid) == "stopped":
+                break
+            time.sleep(0.01)
+        assert process_state(child.pid) == "stopped"
+        os.kill(child.pid, signal.SIGCONT)
+        os.kill(child.pid, signal.SIGKILL)
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # ended, still a zombie
+        assert process_state(child.pid) == "gone"
+    finally:
+        child.kill()
+        child.wait()
+    assert process_state(child.pid) == "gone"

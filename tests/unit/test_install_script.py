@@ -20,6 +20,7 @@ STAND_IN = """#!/bin/sh
 here=$(dirname "$0")/..
 case "$*" in
   *"pip install"*"-e"*) echo "$*" >> "$here/pip.log" ;;
+  *"pip install"*) echo "$*" >> "$here/pip.log" ;;
   *"-m pytest"*) echo "$*" >> "$here/pytest.log" ;;
   -) cat > /dev/null; [ -e "$here/site-mpi" ]; exit ;;
 esac
@@ -87,9 +88,10 @@ def test_a_venv_built_against_a_site_mpi_without_the_script_keeps_it(tmp_path):
 def test_the_suite_runs_in_two_workers_unless_told_otherwise(tmp_path):
     root = _checkout(tmp_path)
     shutil.copy2(REPO / "run" / "test.sh", root / "run" / "test.sh")
-    ruff = root / ".venv" / "bin" / "ruff"
-    ruff.write_text("#!/bin/sh\nexit 0\n")
-    ruff.chmod(0o755)
+    for tool in ("ruff", "mypy"):  # the lint steps: stand-ins that pass
+        stub = root / ".venv" / "bin" / tool
+        stub.write_text("#!/bin/sh\nexit 0\n")
+        stub.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k != "FEDSHEAF_TEST_WORKERS"}
 
     def test_sh(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
@@ -104,3 +106,83 @@ def test_the_suite_runs_in_two_workers_unless_told_otherwise(tmp_path):
     assert bad.returncode == 2
     assert (root / ".venv" / "pytest.log").read_text().splitlines() == calls
     assert bad.stderr == "fedsheaf: FEDSHEAF_TEST_WORKERS must be a whole number, got 'two'\n"
+
+
+#: A stand-in for the interpreter the venv is made with (FEDSHEAF_PYTHON): its ``-c`` probe
+#: finds a torch where the file has-torch lies beside it (a site or conda torch; one in a
+#: virtual environment where the file is not empty), printing what it found; ``-m venv
+#: ARGS DIR`` records ARGS and makes DIR with the stand-in above.
+BASE = """#!/bin/sh
+here=$(dirname "$0")
+case "$1" in
+  -c) [ -e "$here/has-torch" ] || exit 1; echo "torch 2.0.0+cpu (CPU-only)"
+      [ -s "$here/has-torch" ] && exit 3; exit 0 ;;  # has-torch not empty: a venv's torch
+  -m) [ "$2" = venv ] || exit 1; shift 2; echo "$*" >> "$here/venv.log"
+      for dir; do :; done
+      mkdir -p "$dir/bin"; cp "$here/stand-in" "$dir/bin/python"; chmod +x "$dir/bin/python"
+      exit 0 ;;
+esac
+exit 1
+"""
+
+
+def _fresh_checkout(tmp_path: Path, has_torch: bool) -> tuple[Path, Path]:
+    """A checkout without .venv, and a stand-in base interpreter (FEDSHEAF_PYTHON)."""
+    root = _checkout(tmp_path)
+    shutil.rmtree(root / ".venv")
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "stand-in").write_text(STAND_IN)
+    (base / "python").write_text(BASE)
+    (base / "python").chmod(0o755)
+    if has_torch:
+        (base / "has-torch").touch()
+    return root, base / "python"
+
+
+def _install_run(root: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("FEDSHEAF_")}
+    full.update(env)
+    proc = subprocess.run(
+        ["bash", str(root / "run" / "install.sh")], env=full, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_a_torch_the_interpreter_has_is_reused_not_pulled_again(tmp_path):
+    root, python = _fresh_checkout(tmp_path, has_torch=True)
+    proc = _install_run(root, FEDSHEAF_PYTHON=str(python))
+    assert (python.parent / "venv.log").read_text().split() == ["--system-site-packages", ".venv"]
+    assert "torch 2.0.0+cpu (CPU-only)" in proc.stderr
+    assert "--system-site-packages" in proc.stderr
+    pip = (root / ".venv" / "pip.log").read_text()
+    assert "--index-url" not in pip and "-e .[test,mpi-wheel]" in pip
+    # without a torch there, the venv is its own
+    root, python = _fresh_checkout(tmp_path / "no-torch", has_torch=False)
+    proc = _install_run(root, FEDSHEAF_PYTHON=str(python))
+    assert (python.parent / "venv.log").read_text().split() == [".venv"]
+    assert "--system-site-packages" not in proc.stderr
+
+
+def test_a_torch_in_another_venv_cannot_be_shared_and_says_so(tmp_path):
+    """A venv made from a venv's interpreter sees the base installation, not that venv's
+    packages: --system-site-packages would not give it the torch."""
+    root, python = _fresh_checkout(tmp_path, has_torch=True)
+    (python.parent / "has-torch").write_text("in a venv\n")
+    proc = _install_run(root, FEDSHEAF_PYTHON=str(python))
+    assert (python.parent / "venv.log").read_text().split() == [".venv"]
+    assert "cannot be shared" in proc.stderr and "install fedsheaf into that" in proc.stderr
+
+
+def test_a_torch_index_installs_torch_from_it_first(tmp_path):
+    """FEDSHEAF_TORCH_INDEX: torch and torchvision from that index (the CPU-only one),
+    before fedsheaf; a torch the interpreter has is then not reused."""
+    root, python = _fresh_checkout(tmp_path, has_torch=True)
+    index = str(tmp_path / "an-index")
+    _install_run(root, FEDSHEAF_PYTHON=str(python), FEDSHEAF_TORCH_INDEX=index)
+    assert (python.parent / "venv.log").read_text().split() == [".venv"]
+    calls = (root / ".venv" / "pip.log").read_text().splitlines()
+    torch_at = next(i for i, c in enumerate(calls) if f"--index-url {index}" in c)
+    assert calls[torch_at].split()[-2:] == ["torch", "torchvision"]
+    assert torch_at < next(i for i, c in enumerate(calls) if "-e .[" in c)

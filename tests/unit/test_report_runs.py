@@ -6,6 +6,7 @@ Run directories are written with the real writer (``RunDir``) and a resolved con
 
 import csv
 import io
+import shutil
 import struct
 from pathlib import Path
 
@@ -505,3 +506,32 @@ def test_runs_whose_folders_share_a_name_are_told_apart(tmp_path):
     assert [r.name for r in runs] == ["sweep_a/quick-seed0", "other", "sweep_b/quick-seed0"]
     rows = [line.split(" | ")[0] for line in runs_table_markdown(runs).splitlines()]
     assert "| sweep_a/quick-seed0" in rows and "| sweep_b/quick-seed0" in rows
+
+
+def test_without_out_the_report_goes_beside_the_runs_never_into_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    for name in ("a", "b"):
+        make_decentralized(tmp_path / "runs", name, epochs=1)
+    make_decentralized(tmp_path / "runs" / "study15", "sf-0", epochs=1)
+    report = tmp_path / "runs" / "report"
+    for paths in (["runs/a", "runs/b"], ["runs/study15"], ["runs/a"], ["runs/a", "runs/study15"]):
+        assert cli.main(["report", *paths]) == 0
+        printed = capsys.readouterr().out
+        assert (report / "runs_table.md").is_file(), paths
+        assert "report: wrote " in printed and " files to runs/report\n" in printed
+        assert str(Path("runs/report/runs_table.md")) in printed.splitlines()
+        assert not [p for p in (tmp_path / "runs").rglob("report") if p != report]
+        shutil.rmtree(report)
+    # given from elsewhere, absolute: the same folder, named in full
+    monkeypatch.chdir(tmp_path / "runs" / "a")
+    assert cli.main(["report", str(tmp_path / "runs" / "a"), str(tmp_path / "runs" / "b")]) == 0
+    assert f" files to {report}\n" in capsys.readouterr().out
+    assert (report / "runs_table.md").is_file()
+    assert not (tmp_path / "runs" / "a" / "report").exists()
+    # a folder inside a run directory: the report goes beside that run directory
+    shutil.rmtree(report)
+    monkeypatch.chdir(tmp_path)
+    make_decentralized(tmp_path / "runs" / "b" / "extra", "inner", epochs=1)
+    assert cli.main(["report", "runs/b/extra"]) == 0
+    assert (report / "runs_table.md").is_file()
+    assert not (tmp_path / "runs" / "b" / "report").exists()

@@ -8,7 +8,7 @@ import pytest
 
 from fedsheaf.config.sections import dump_config, load_config
 from fedsheaf.rundir import checkpoint
-from fedsheaf.rundir.files import RunDir, check_not_foreign
+from fedsheaf.rundir.files import RunDir, check_not_foreign, mark
 from fedsheaf.rundir.resume import check_resume, experiment_keys, resume_changes, resume_config
 from fedsheaf.util.errors import ConfigError, relative_hint
 from tests.conftest import REPO
@@ -32,6 +32,9 @@ def test_foreign_directories_are_refused(tmp_path):
         run.mkdir()
         (run / marker).touch()
         (run / "notes.txt").touch()
+        with pytest.raises(ConfigError, match="is not a fedsheaf run"):
+            check_not_foreign(run)  # (tests/unit/test_run_dir_marker.py: what is a run's)
+        mark(run)
         check_not_foreign(run)
     other = tmp_path / "other"
     other.mkdir()

@@ -52,4 +52,21 @@ def test_the_note_for_batch_scripts(tmp_path, monkeypatch, capsys):
     (tmp_path / "file").write_text("")
     monkeypatch.setenv(stop_request.NOTE_ENV, str(tmp_path / "file" / "job.stopped"))
     assert leave_note(tmp_path / "run", "epoch", 3) is None  # cannot: a warning
-    assert "warning: cannot write FEDSHEAF_STOPPED_FILE=" in capsys.readouterr().out
+    assert "warning: cannot write FEDSHEAF_STOPPED_FILE=" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("env", "status"),
+    [({"OMPI_COMM_WORLD_RANK": "3"}, 0), ({"SLURM_PROCID": "0"}, 0), ({}, 75)],
+)
+def test_a_planned_stop_exits_0_under_a_launcher_and_75_alone(monkeypatch, env, status):
+    """Under mpiexec or srun a non-zero exit reads as a crash (Open MPI's "prterun detected
+    that one or more processes exited with non-zero status" banner): the ranks of a
+    launched job leave with 0 (stopped.json says it); a process alone keeps 75."""
+    from fedsheaf.util.log import RANK_VARIABLES
+
+    for name in RANK_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert stop_request.exit_status() == status

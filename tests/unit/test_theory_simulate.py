@@ -162,9 +162,7 @@ def test_ufm_command_end_to_end(tmp_path: Path, capsys, mode: str) -> None:
     parser = argparse.ArgumentParser()
     configure(parser)
     out = tmp_path / "ufm_out"
-    args = parser.parse_args(
-        ["--config", str(FIXED), "--mode", mode, "--rounds", "6", "--out", str(out)]
-    )
+    args = parser.parse_args([str(FIXED), "--mode", mode, "--rounds", "6", "--out", str(out)])
     assert run(args) == 0
     text = capsys.readouterr().out
     assert "Tr M_mu" in text and "Tr M_A" in text and "relative gap" in text
@@ -181,6 +179,6 @@ def test_ufm_command_end_to_end(tmp_path: Path, capsys, mode: str) -> None:
 def test_ufm_command_rejects_bad_override(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     configure(parser)
-    args = parser.parse_args(["--config", str(FIXED), "--gamma", "3", "--out", str(tmp_path)])
+    args = parser.parse_args([str(FIXED), "--gamma", "3", "--out", str(tmp_path)])
     with pytest.raises(ConfigError, match="gamma"):
         run(args)

@@ -35,6 +35,10 @@ class Algorithm(Protocol):
     shared: str
     score_after_final: bool
 
+    def participation(self) -> float:
+        """The fraction of clients the server samples for a round."""
+        ...
+
     def local_schedule(self) -> list[Phase]:
         """What a selected client trains in a round, in order."""
         ...

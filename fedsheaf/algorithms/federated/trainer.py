@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from fedsheaf.algorithms.base import TrainingDiverged, build_optimizer
 from fedsheaf.algorithms.federated.params import ParamSet
@@ -34,6 +33,7 @@ from fedsheaf.algorithms.federated.schedule import Algorithm, Phase
 from fedsheaf.algorithms.federated.setup import ClientData
 from fedsheaf.config.sections import TrainConfig
 from fedsheaf.data.loaders import batches, n_batches, random_crop_flip
+from fedsheaf.runtime import heartbeat
 from fedsheaf.util.errors import CheckpointError
 from fedsheaf.util.seeding import derive_seed, torch_generator
 
@@ -73,7 +73,7 @@ class ClientRunner:
     def __init__(
         self,
         algorithm: Algorithm,
-        model: nn.Module,
+        model: Any,  # an nn.Module with head_names(), body_names(), representation(), HEAD
         clients: Mapping[int, ClientData],
         train: TrainConfig,
         augment: bool,
@@ -252,6 +252,7 @@ class ClientRunner:
                     schedule.step()
                 loss_sum += float(loss.detach())
                 steps += 1
+                heartbeat.beat()  # (the step watchdog: train.step_timeout)
         return loss_sum, steps
 
     def batch_loss(self, client: int, forward: Any, xb: torch.Tensor, yb: torch.Tensor) -> Any:

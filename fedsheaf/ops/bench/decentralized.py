@@ -27,6 +27,7 @@ import torch
 
 from fedsheaf.algorithms import DECENTRALIZED, SHEAF_VARIANTS
 from fedsheaf.algorithms.base import Agent, AgentData, DecentralizedAlgorithm
+from fedsheaf.algorithms.sheaf_frl import SheafFRL
 from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
 from fedsheaf.config.schema import build
 from fedsheaf.config.sections import ExperimentConfig, apply_overrides, load_config, read_yaml
@@ -225,7 +226,7 @@ def overhead(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def traffic(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
-    variants = {"standard": []}
+    variants: dict[str, list[str]] = {"standard": []}
     if "strict" in SHEAF_VARIANTS:
         variants["strict"] = ["sheaf.variant=strict"]
     steps = spec["bytes_steps"]
@@ -240,6 +241,7 @@ def traffic(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
     k = params = 0
     for v, cfg in cfgs.items():
         algo = build_algorithm(cfg, s, world.rank, world.device, nbr, data)
+        assert isinstance(algo, SheafFRL)  # every variant is algorithm=sheaf_frl
         k = algo.pilots.columns
         params = sum(p.numel() for p in algo.model.parameters())
         nbr.take_round_bytes()

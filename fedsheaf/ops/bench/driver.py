@@ -39,6 +39,9 @@ from fedsheaf.util.hostinfo import (
     launcher_words,
     local_launcher,
 )
+from fedsheaf.util.log import get_logger
+
+logger = get_logger(__name__)
 
 
 def _device(choice: str) -> str:
@@ -175,10 +178,9 @@ def run_launch_retrying(
     ):
         return rec
     log.replace(failed)
-    print(
+    logger.info(
         f"fedsheaf bench:   exit {rec['returncode']}: mpiexec failed to start the job "
-        f"(see {failed}); retrying once",
-        flush=True,
+        f"(see {failed}); retrying once"
     )
     if deadline is not None:
         launch.timeout = min(launch.timeout, deadline - time.perf_counter())
@@ -257,7 +259,7 @@ def _results_problem(doc: Any) -> str | None:
     if bad:
         return f"its {bad[0]} results are not a list"
     # the report reads many fields of each result: render each part alone to name the bad one
-    parts = {"meta or launches": {}}
+    parts: dict[str, dict[str, Any]] = {"meta or launches": {}}
     parts.update({f"{case} results": {case: found} for case, found in results.items()})
     for part, trial in parts.items():
         try:

@@ -76,7 +76,7 @@ class HeadRunner(ClientRunner):
     def train_locally(self, client: int, round_: int) -> float:
         """Train head and backbone from the broadcast head (the proximal term's
         reference); then align the head to it, if asked, before it is uploaded."""
-        model: UFMNet = self.model  # type: ignore[assignment]
+        model: UFMNet = self.model
         self._ref = model.head.weight.detach().clone()
         loss = super().train_locally(client, round_)
         if self.hc.align:
@@ -87,7 +87,7 @@ class HeadRunner(ClientRunner):
     caches_head_features = False  # the UFM objective needs the features H_m themselves
 
     def batch_loss(self, client: int, forward: Any, xb: torch.Tensor, yb: torch.Tensor) -> Any:
-        model: UFMNet = self.model  # type: ignore[assignment]
+        model: UFMNet = self.model
         hc = self.hc
         W, b = model.head.weight, model.head.bias
         loss = ufm_objective(W, b, model.representation(xb), yb, hc.lam_H, hc.lam_W)
@@ -119,7 +119,7 @@ class HeadRunner(ClientRunner):
         """
         self.install(client, shared)
         self.model.eval()
-        model: UFMNet = self.model  # type: ignore[assignment]
+        model: UFMNet = self.model
         data, hc = self.clients[client], self.hc
         W, b = model.head.weight, model.head.bias
 

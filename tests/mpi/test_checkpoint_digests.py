@@ -1,0 +1,250 @@
+"""Damaged checkpoints on real ranks: found by their digests, never loaded.
+
+torch reads a checkpoint file whose tensor bytes were garbled without a word, so a
+resume would continue from wrong numbers. Every rank file's SHA-256 and size are recorded
+in the manifest that commits it; before reading, each rank checks its own file, and if any
+rank's file of the newest checkpoint is damaged, truncated or missing, every rank falls
+back to the checkpoint before it, with a line saying why (none intact: a refusal). The
+fallback ends exactly as a run never damaged. The same for a server-based run, whose
+server (rank 0) writes one of the files. Also: real jobs refuse another tool's directory
+(tests/unit/test_run_dir_marker.py has the rest of what is fedsheaf's), and resume a run
+directory from before fedsheaf marked them, marking it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from fedsheaf.rundir import checkpoint, run_lock
+from fedsheaf.rundir.files import MARKER, read_metrics
+from tests.conftest import MPIEXEC, run_mpi, untimed
+
+pytestmark = pytest.mark.mpi
+NP = 2
+
+
+def _together(*jobs: Callable[[], Any]) -> list[Any]:
+    """The jobs (each launching one run) at once: startup dominates these short runs."""
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        return [f.result() for f in [pool.submit(job) for job in jobs]]
+
+
+def _run(*args: str):
+    return run_mpi(NP, ["-m", "fedsheaf", "run", *args], timeout=240)
+
+
+def _output(proc) -> str:
+    return proc.stdout + proc.stderr
+
+
+def _one_error(proc) -> str:
+    assert proc.returncode == 2, _output(proc)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("fedsheaf: error")]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    return lines[0]
+
+
+def _tensors(obj: Any) -> list[torch.Tensor]:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return [t for item in obj for t in _tensors(item)]
+    return []
+
+
+def _garble(path: Path) -> None:
+    """Flip four bytes in the middle of the largest floating-point tensor that checkpoint
+    file ``path`` holds (the archive stores it uncompressed), as a failing disk would, and
+    make sure torch still reads the file without a word: only a digest can tell."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    floats = [t for t in _tensors(state) if t.is_floating_point() and t.numel() >= 4]
+    tensor = max(floats, key=lambda t: t.numel()).contiguous()
+    raw = tensor.numpy().tobytes()
+    data = bytearray(path.read_bytes())
+    at = data.find(raw)
+    assert at > 0, "the tensor's bytes are not stored as they are"
+    middle = at + (len(raw) // 2) // tensor.element_size() * tensor.element_size()
+    data[middle : middle + 4] = bytes(b ^ 0x5A for b in data[middle : middle + 4])
+    path.write_bytes(bytes(data))
+    garbled = torch.load(path, map_location="cpu", weights_only=True)  # no error
+    pairs = zip(_tensors(garbled), _tensors(state), strict=True)
+    assert any(not torch.equal(a, b) for a, b in pairs)
+
+
+def _graph_config(tmp: Path) -> Path:
+    graph = {
+        "name": "duo",
+        "nodes": [{"id": 0, "dim": 8}, {"id": 1, "dim": 8}],
+        "edges": [[0, 1]],
+    }
+    (tmp / "duo.yaml").write_text(yaml.safe_dump(graph))
+    cfg = {
+        "name": "digest",
+        "algorithm": "sheaf_frl",
+        "seed": 5,
+        "graph": str(tmp / "duo.yaml"),
+        "data": {"dataset": "digits", "shift": 0.7, "pilot_fraction": 0.1},
+        "agents": [
+            {"encoder": [16, 8], "head": [16], "classes": [0, 1, 2, 3, 4, 5]},
+            {"encoder": [8], "head": [16], "classes": [4, 5, 6, 7, 8, 9]},
+        ],
+        "train": {"epochs": 4, "steps_per_epoch": 2, "batch_size": 16},
+        "sheaf": {"pilot_batch": 16},
+        "checkpoint": {"every": 1, "keep": 3},
+        "output": {"dir": str(tmp / "runs")},
+    }
+    (tmp / "digest.yaml").write_text(yaml.safe_dump(cfg))
+    return tmp / "digest.yaml"
+
+
+def _same_as(run: Path, ref: Path) -> None:
+    """``run`` ended exactly as ``ref`` (timings aside)."""
+    assert untimed(read_metrics(run / "metrics.jsonl")) == untimed(
+        read_metrics(ref / "metrics.jsonl")
+    )
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (run, ref)]
+    assert untimed(summaries[0]) == untimed(summaries[1])
+
+
+def test_a_damaged_checkpoint_falls_back_to_the_one_before_on_every_rank(tmp_path):
+    if not MPIEXEC.exists():
+        pytest.skip(f"mpiexec not found at {MPIEXEC}")
+    config = str(_graph_config(tmp_path))
+    runs = tmp_path / "runs"
+    # another tool's directories, refused by the job as by `fedsheaf check`
+    lightning = runs / "lightning"
+    (lightning / "checkpoints").mkdir(parents=True)
+    (lightning / "checkpoints" / "lightning-epoch=99.ckpt").write_bytes(b"their weights")
+    theirs = runs / "theirs"
+    theirs.mkdir()
+    (theirs / "config.yaml").write_text("trainer:\n  max_epochs: 10\n")
+    ref, cut, foreign_ckpt, foreign_cfg = _together(
+        lambda: _run(config, "output.name=ref"),
+        lambda: _run(config, "output.name=cut", "train.epochs=3"),
+        lambda: _run(config, "output.name=lightning", "output.overwrite=true"),
+        lambda: _run(config, "output.name=theirs"),
+    )
+    assert ref.returncode == 0, _output(ref)
+    assert cut.returncode == 0, _output(cut)
+    line = _one_error(foreign_ckpt)
+    assert line.endswith(
+        f"run directory {lightning} exists and is not a fedsheaf run (it holds checkpoints/); "
+        "choose another output.name or output.dir"
+    )
+    left = sorted(p.name for p in lightning.rglob("*"))
+    assert left == ["checkpoints", "lightning-epoch=99.ckpt"]  # no lock, no mark
+    line = _one_error(foreign_cfg)
+    assert "(it holds config.yaml; its config.yaml is not a fedsheaf config)" in line
+    assert sorted(p.name for p in theirs.iterdir()) == ["config.yaml"]
+
+    ref, cut = runs / "ref", runs / "cut"
+    assert json.loads((cut / "checkpoints" / "latest.json").read_text())["epochs"] == [1, 2, 3]
+    copies = {}
+    for name in ("allbad", "torn", "gone"):
+        copies[name] = runs / name
+        shutil.copytree(cut, copies[name])
+    # every checkpoint of allbad damaged on rank 1: refused
+    for epoch in (1, 2, 3):
+        _garble(checkpoint.rank_file(copies["allbad"], epoch, 1))
+    kept = {f: (copies["allbad"] / f).read_bytes() for f in ("summary.json", "metrics.jsonl")}
+    manifest = (copies["allbad"] / "checkpoints" / "latest.json").read_bytes()
+    # the newest checkpoint of torn cut short on rank 0, of gone lost on rank 1; gone is also
+    # a run directory from before fedsheaf marked them (no mark, no lock)
+    torn = checkpoint.rank_file(copies["torn"], 3, 0)
+    torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])
+    torn_size = torn.stat().st_size  # (the resumed run writes its own epoch 3)
+    lost = checkpoint.rank_file(copies["gone"], 3, 1)
+    lost.unlink()
+    (copies["gone"] / MARKER).unlink()
+    (copies["gone"] / run_lock.LOCK_FILE).unlink()
+    # and cut's own newest checkpoint garbled on rank 1
+    garbled = checkpoint.rank_file(cut, 3, 1)
+    _garble(garbled)
+
+    # each trained on to 4 epochs (as ref)
+    resumed, allbad, truncated, missing = _together(
+        *(
+            (lambda d=d: _run("--resume", str(d), "train.epochs=4"))
+            for d in (cut, copies["allbad"], copies["torn"], copies["gone"])
+        )
+    )
+    for proc, run, said in (
+        (resumed, cut, f"{garbled} is damaged (sha256 mismatch: its bytes changed since it was "),
+        (truncated, copies["torn"], f"{torn} is truncated ({torn_size} of its "),
+        (missing, copies["gone"], f"{lost} is missing); trying the one before"),
+    ):
+        out = _output(proc)
+        assert proc.returncode == 0, out
+        assert f"the checkpoint after epoch 3 cannot be used (checkpoint file {said}" in out
+        assert f"resuming {run} after epoch 2" in out
+        _same_as(run, ref)
+    assert json.loads((copies["gone"] / MARKER).read_text())["format"] == 1  # marked now
+
+    line = _one_error(allbad)
+    assert f"cannot resume {copies['allbad']}: no checkpoint can be read (checkpoint file " in line
+    assert "epoch-0003/rank-1.pt is damaged (sha256 mismatch" in line
+    assert line.endswith("start over with output.overwrite=true")
+    assert {f: (copies["allbad"] / f).read_bytes() for f in kept} == kept  # left as it was
+    assert (copies["allbad"] / "checkpoints" / "latest.json").read_bytes() == manifest
+
+
+def _head_fedavg(tmp: Path) -> Path:
+    cfg = {
+        "name": "digest",
+        "algorithm": "head_fedavg",
+        "seed": 1,
+        "federated": {
+            "clients": 4,
+            "rounds": 4,
+            "fraction": 0.5,
+            "local_epochs": 3,
+            "eval_every": 1,
+        },
+        "train": {"optimizer": "adam", "lr": 0.01, "weight_decay": 0.0, "batch_size": 32},
+        "head": {
+            "data": "diabetes3",
+            "backbone": [8],
+            "features": 4,
+            "rho": 1.0e-3,
+            "align": True,
+            "moment_gamma": 0.5,
+        },
+        "output": {"dir": str(tmp / "runs")},
+    }
+    (tmp / "head.yaml").write_text(yaml.safe_dump(cfg))
+    return tmp / "head.yaml"
+
+
+def test_a_server_runs_damaged_checkpoint_falls_back_to_the_one_before(tmp_path):
+    if not MPIEXEC.exists():
+        pytest.skip(f"mpiexec not found at {MPIEXEC}")
+    config = str(_head_fedavg(tmp_path))
+    ref, short = _together(
+        lambda: _run(config, "output.name=ref", "checkpoint.every=0"),
+        lambda: _run(config, "output.name=short", "federated.rounds=3", "checkpoint.every=1"),
+    )
+    assert ref.returncode == 0, _output(ref)
+    assert short.returncode == 0, _output(short)
+    ref, short = tmp_path / "runs" / "ref", tmp_path / "runs" / "short"
+    garbled = checkpoint.rank_file(short, 3, 0)  # the server's
+    _garble(garbled)
+    proc = _run("--resume", str(short), "federated.rounds=4")
+    out = _output(proc)
+    assert proc.returncode == 0, out
+    assert (
+        f"the checkpoint after round 3 cannot be used (checkpoint file {garbled} is damaged "
+        "(sha256 mismatch" in out
+    )
+    assert f"resuming {short} after round 2" in out
+    _same_as(short, ref)
