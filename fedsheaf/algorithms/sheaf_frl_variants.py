@@ -11,8 +11,12 @@ the stalk is i's own space (O(d_i)), a thin one otherwise.
 
 * **homogeneous** (Algorithm 2, equal d): heads keep ``P = I`` (they send raw pilots and
   solve nothing); tails fit ``P ∈ O(d)``. One SVD per edge instead of two.
-* **strict** (Algorithms 3/4): both ends start from seeded random maps and refit, so a
-  raw ``A_i`` never leaves its rank. With ``map_refresh: step`` both ends refit every
+* **strict** (Algorithms 3/4): both ends start from random maps and refit, so a
+  raw ``A_i`` never leaves its rank. The first maps and the encoder's initial weights
+  are drawn from the agent's own secret (``sheaf.mask_secret``,
+  :mod:`fedsheaf.sheaf.secret`), never from the shared run seed: a neighbour that knows
+  the config can rebuild neither (docs/privacy.md: the threat model and what is still
+  revealed). With ``map_refresh: step`` both ends refit every
   step from the messages just received (Algorithm 3 literally): each end's effective
   map ``P_ijᵀP_ji`` in that step's gradient is then the best fit on that batch, but the
   pair of *new* maps no longer matches (each was fitted against the other's old one),
@@ -28,16 +32,20 @@ receiver maps what it gets back with ``P_jiᵀ`` (its own map) before decoding.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from fedsheaf.algorithms.base import Agent, Exchange, Pending, Reporter
+from fedsheaf.algorithms.base import Agent, AgentData, Exchange, Pending, Reporter
 from fedsheaf.algorithms.metrics import accuracy
 from fedsheaf.algorithms.sheaf_frl import SheafFRL
+from fedsheaf.config.sections import ExperimentConfig
+from fedsheaf.models.seeded import seeded_init_
 from fedsheaf.sheaf.maps import random_stiefel, stiefel_map
 from fedsheaf.sheaf.penalty import transported_penalty
-from fedsheaf.util.seeding import torch_generator
+from fedsheaf.sheaf.secret import agent_secret, secret_generator, secret_seed
+from fedsheaf.util.errors import ConfigError
 
 
 class TransportedSheafFRL(SheafFRL):
@@ -143,12 +151,43 @@ class HomogeneousSheafFRL(TransportedSheafFRL):
 
 
 class StrictSheafFRL(TransportedSheafFRL):
-    """Algorithms 3/4: seeded random masks, both ends refit, raw pilots stay home."""
+    """Algorithms 3/4: secret random masks, both ends refit, raw pilots stay home.
+
+    ``self.secret`` (:func:`~fedsheaf.sheaf.secret.agent_secret`) seeds the first mask of
+    every edge and the encoder's initial weights. Later maps are refits from what the
+    agent receives and its own ``A_i``, so they hide ``A_i`` only as long as the first
+    ones do: a neighbour that could rebuild one map of an edge could replay every refit
+    after it (docs/privacy.md).
+    """
+
+    def __init__(self, agent: Agent, nbr: Exchange, reporter: Reporter) -> None:
+        sc = agent.cfg.sheaf
+        #: this agent's secret: never sent, kept only in its own checkpoint
+        self.secret = agent_secret(sc.mask_secret, sc.mask_secret_dir, agent.id)
+        self.initialise_model(agent)
+        super().__init__(agent, nbr, reporter)
+
+    @classmethod
+    def check(cls, cfg: ExperimentConfig, data: AgentData) -> None:
+        super().check(cfg, data)
+        sc = cfg.sheaf
+        if sc.mask_secret == "file" and sc.mask_secret_dir is not None:
+            if not Path(sc.mask_secret_dir).is_dir():
+                raise ConfigError(
+                    f"sheaf.mask_secret_dir {sc.mask_secret_dir} is not a directory (it holds "
+                    "each agent's key file agent-<i>.key)"
+                )
+
+    def initialise_model(self, agent: Agent) -> None:
+        """Re-draw the model's initial weights from the secret instead of the run seed:
+        weights a neighbour could rebuild would give it ``A_i`` of the first step, and
+        the first message would then give away the mask (Procrustes)."""
+        seeded_init_(agent.model.to("cpu"), secret_seed(self.secret, "model"))
+        agent.model.to(agent.device)
 
     def initial_map(self, j: int) -> torch.Tensor:
-        i, d_i = self.agent.id, self.agent.graph.dims[self.agent.id]
-        gen = torch_generator(self.cfg.seed, "strict-mask", i, j)
-        return random_stiefel(self.stalk[j], d_i, gen)
+        d_i = self.agent.graph.dims[self.agent.id]
+        return random_stiefel(self.stalk[j], d_i, secret_generator(self.secret, "mask", j))
 
     def side_refits(self, head: bool, refresh: int) -> bool:
         if self.cfg.sheaf.map_refresh == "step":
@@ -166,3 +205,13 @@ class StrictSheafFRL(TransportedSheafFRL):
         for j, m in zip(self.nbr.neighbours, received, strict=True):
             if not self.is_head[j]:
                 self.eval_maps[j] = stiefel_map(m, own)
+
+    def extra_state(self) -> dict[str, Any]:
+        state = super().extra_state()
+        state["mask_secret"] = self.secret  # this agent's own checkpoint file only
+        return state
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        super().load_extra_state(state)
+        if "mask_secret" in state:  # (checkpoints from before it have none)
+            self.secret = bytes(state["mask_secret"])

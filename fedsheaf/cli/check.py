@@ -3,7 +3,8 @@
 A batch job that would stop on its config (a graph of the wrong size, a missing data
 file, a run directory that holds an unfinished run) should not wait in a queue first.
 ``fedsheaf check -n 16 CONFIG [key=value ...]`` runs what the job's ranks would check
-before their first step, without MPI, and says what the job would do.
+before their first step, without MPI, and says what the job would do and what it will
+ask the scheduler for (tasks, GPUs and memory a task: :func:`~fedsheaf.config.ranks.job_request`).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import argparse
 import os
 from pathlib import Path
 
-from fedsheaf.config.ranks import rank_range, ranks_needed
+from fedsheaf.config.ranks import job_request, rank_range, ranks_needed
 from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.rundir.checkpoint import manifest_ranks
+from fedsheaf.rundir.footprint import memory_warning
 from fedsheaf.rundir.preflight import check_job, finished_note, run_config
 from fedsheaf.util.errors import ConfigError
+from fedsheaf.util.hostinfo import available_memory_bytes
 from fedsheaf.util.log import get_logger
 from fedsheaf.util.units import count
 
@@ -29,7 +32,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "files, partition and shards, the algorithm's set-up, every model, and the run "
         "directory (read only). Runs in one process, without MPI, e.g. on a login node "
         "before sbatch; with data.download=true it fetches missing data files as the job "
-        "would. Exit status 0 if the job would start, 2 (with the job's error) if not."
+        "would. It estimates a rank's peak memory and warns when a node cannot give it "
+        "(--node-memory, --ranks-per-node). Exit status 0 if the job would start, 2 (with "
+        "the job's error) if not."
     )
     parser.add_argument("config", nargs="?", help="experiment YAML file (configs/*.yaml)")
     parser.add_argument(
@@ -44,7 +49,39 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume", metavar="RUN_DIR", help="check resuming RUN_DIR (fedsheaf run --resume)"
     )
+    parser.add_argument(
+        "--node-memory",
+        type=byte_size,
+        metavar="SIZE",
+        help="memory of a node of the job (e.g. 64GB, 512MiB) that the estimated peak memory "
+        "per rank is compared with; default: this machine's available memory",
+    )
+    parser.add_argument(
+        "--ranks-per-node",
+        type=int,
+        metavar="K",
+        help="ranks of the job on one node (default: all of them)",
+    )
     parser.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "kib": 2**10, "mb": 10**6, "mib": 2**20}
+_UNITS.update({"gb": 10**9, "gib": 2**30, "tb": 10**12, "tib": 2**40})
+_UNITS.update({k[0]: v for k, v in _UNITS.items() if k.endswith("ib")})  # 64G = 64 GiB
+
+
+def byte_size(text: str) -> int:
+    """The argparse type of ``--node-memory``: ``64GB``, ``64G`` (GiB), ``512MiB``,
+    ``1.5TB`` or plain bytes."""
+    number = text.strip().rstrip("bBiIkKmMgGtT ")
+    unit = text.strip()[len(number) :].strip().lower()
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in _UNITS or not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a size such as 64GB or 512MiB, got {text!r}")
+    return int(value * _UNITS[unit])
 
 
 def job_ranks(given: int | None, cfg: ExperimentConfig) -> tuple[int, str]:
@@ -79,9 +116,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"fedsheaf check: {note.removeprefix('fedsheaf: ')}")
         return 0
     n, source = job_ranks(args.ranks, cfg)
+    per_node = getattr(args, "ranks_per_node", None)
+    if per_node is not None and per_node < 1:
+        raise ConfigError(f"--ranks-per-node must be a positive rank count, got {per_node}")
     verdict = check_job(cfg, n)
-    for warning in verdict.warnings:
+    warnings = list(verdict.warnings)
+    node = getattr(args, "node_memory", None)
+    if verdict.memory is not None:
+        available = node if node is not None else available_memory_bytes()
+        said = memory_warning(verdict.memory, n, available, per_node, node is not None)
+        warnings += [said] if said else []
+    for warning in warnings:
         logger.warning(warning)
     print(f"fedsheaf check: ok for {count(n, 'rank')}{source}: {verdict.run}")
+    if verdict.memory is not None:
+        print(f"fedsheaf check: {verdict.memory.describe()}")
+    estimate = verdict.memory.total if verdict.memory is not None else None
+    print(f"fedsheaf check: the job will ask for: {job_request(cfg, n, estimate)}")
     print(f"fedsheaf check: {verdict.action}")
     return 0

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from pathlib import Path
 
 from fedsheaf.ops.processes import raise_on_sigterm
 from fedsheaf.ops.study import (
@@ -12,7 +11,14 @@ from fedsheaf.ops.study import (
     write_manifest,
     write_presets,
 )
-from fedsheaf.ops.sweep import DEFAULT_LAUNCHER, check_emit_target, emit, run_local
+from fedsheaf.ops.sweep import (
+    DEFAULT_LAUNCHER,
+    array_groups,
+    check_emit_target,
+    emit,
+    emit_base,
+    run_local,
+)
 from fedsheaf.util.errors import ConfigError
 from fedsheaf.util.hostinfo import (
     launcher_template,
@@ -33,9 +39,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         const="",
         metavar="FILE",
-        help="write one command per run (default <sweep dir>/commands.txt), e.g. for "
-        "slurm/sweep_array.sbatch; the manifest study.json and any preset configs go to the "
-        "sweep directory (the study's 'output', or --out DIR)",
+        help="write one command per run (FILE, or DIR/commands.txt; default <sweep "
+        "dir>/commands.txt) for slurm/sweep_array.sbatch, and print the sbatch line that "
+        "submits it; runs that need other task counts (or GPUs) go to one list per group, "
+        "FILE's name ending -<T>tasks[-<G>gpu]; the manifest study.json and any preset "
+        "configs go to the sweep directory (the study's 'output', or --out DIR)",
     )
     parser.add_argument(
         "--set",
@@ -50,12 +58,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="launcher prefix for --emit; {n} is the rank count (e.g. 'srun -n {n}'; "
         f"default: '{DEFAULT_LAUNCHER}')",
     )
+    parser.add_argument(
+        "--gpus-per-task",
+        type=positive,
+        metavar="N",
+        help="--emit: GPUs each task of a run with train.device auto or cuda asks for "
+        "(default: 1 for cuda, none for auto; none for cpu whatever this says)",
+    )
+    parser.add_argument(
+        "--throttle",
+        type=positive,
+        metavar="N",
+        help="--emit: run at most N array tasks of a list at once (sbatch --array=1-K%%N)",
+    )
     parser.add_argument("--force", action="store_true", help="--local: rerun finished runs too")
     parser.add_argument(
         "--out",
         metavar="DIR",
         help="the sweep directory (runs, logs, study.json), instead of the study's 'output'",
     )
+
+
+def positive(text: str) -> int:
+    """A count of 1 or more (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number, 1 or more")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             "option --launcher applies only to --emit (--local uses this machine's mpiexec)"
         )
+    for option, value in (("--gpus-per-task", args.gpus_per_task), ("--throttle", args.throttle)):
+        if value is not None and args.emit is None:
+            raise ConfigError(f"option {option} applies only to --emit (the job arrays' lists)")
     dry = not args.local and args.emit is None
     study = expand(args.study, args.set, write=False, output=args.out)
     if dry:
@@ -78,13 +113,23 @@ def run(args: argparse.Namespace) -> int:
         return 0
     target = None
     if args.emit is not None:  # refused before anything is written
-        target = Path(args.emit) if args.emit else study.output / "commands.txt"
-        check_emit_target(target)
+        target = emit_base(args.emit, study.output)
+        for group in array_groups(study, target, args.gpus_per_task):
+            check_emit_target(group.path)
     write_presets(study)
     manifest = write_manifest(study)
     if target is not None:
-        path = emit(study, target, args.launcher or DEFAULT_LAUNCHER)
-        print(f"wrote {count(len(study.runs), 'command')} to {path} (manifest {manifest})")
+        groups = emit(study, target, args.launcher or DEFAULT_LAUNCHER, args.gpus_per_task)
+        said = count(len(study.runs), "command")
+        if len(groups) == 1:
+            print(f"wrote {said} to {groups[0].path} (manifest {manifest}); submit with:")
+        else:
+            print(
+                f"wrote {said} in {len(groups)} lists, one per task count and GPUs a task "
+                f"(manifest {manifest}); submit each with its line:"
+            )
+        for group in groups:
+            print(group.sbatch(args.throttle))
         return 0
     raise_on_sigterm()  # so that the run in progress is stopped with the sweep
     return 1 if run_local(study, force=args.force) else 0

@@ -82,6 +82,18 @@ def _convert(value: Any, tp: Any, key: str) -> Any:
             raise ConfigError(f"config key '{key}' must be a list, got {shown(value)}")
         out = [_convert(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value)]
         return out if origin is list else tuple(out)
+    if origin is dict:  # keyword arguments of a plug-in: names to values
+        (_, item_tp) = typing.get_args(tp) or (str, Any)
+        if not isinstance(value, Mapping):
+            raise ConfigError(
+                f"config key '{key}' must be a mapping of names to values, got {shown(value)}"
+            )
+        out_map = {}
+        for name, item in value.items():
+            if not isinstance(name, str):
+                raise ConfigError(f"config key '{key}' has a key {shown(name)} that is not a name")
+            out_map[name] = _convert(item, item_tp, f"{key}.{name}")
+        return out_map
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return build(tp, value, key)
     if tp is Any:

@@ -45,6 +45,21 @@ class DataConfig:
         doc="graph runs: the torchvision split that is partitioned into the pilot set and "
         "the agents' train/val/test shards (server runs use both splits)",
     )
+    partition: str = spec(
+        "label_shift",
+        doc="graph runs: how the agents' pools are drawn: label_shift (Eq. 23: data.shift, "
+        "agents[].classes), dirichlet (Dir(data.dirichlet_alpha) label proportions), an "
+        "installed plug-in (entry-point group fedsheaf.partitions) or "
+        "'package.module:callable'; docs/configuration.md",
+    )
+    dirichlet_alpha: float = spec(
+        0.5, lo=0.0, lo_open=True, doc="data.partition=dirichlet: concentration α"
+    )
+    partition_args: dict[str, Any] = spec(
+        {},
+        doc="keyword arguments of data.partition other than label_shift (dirichlet: "
+        "{min_size: 10})",
+    )
     shift: float = spec(0.7, lo=0.0, hi=1.0, doc="label-shift strength s of Eq. 23")
     pilot_fraction: float = spec(
         0.1,
@@ -160,6 +175,18 @@ class SheafConfig:
         "for neighbours (no gain measured on CPUs; slower where ranks outnumber cores); "
         "no effect with fused_pilots (one graph for both)",
     )
+    mask_secret: str = spec(
+        "os",
+        choices=("os", "file"),
+        doc="variant strict: each agent's secret for its masks and initial weights (never "
+        "sent): os = fresh OS randomness per run, kept in the agent's own checkpoint; "
+        "file = its own key file in mask_secret_dir (reproducible runs); docs/privacy.md",
+    )
+    mask_secret_dir: str | None = spec(
+        None,
+        doc="mask_secret=file: directory of the per-agent key files agent-<i>.key "
+        "(each agent reads only its own)",
+    )
 
 
 @dataclass
@@ -213,6 +240,21 @@ class FederatedConfig:
     distinct_classes: bool = spec(
         False, doc="swap shard labels between clients so that none repeats a class"
     )
+    partition: str = spec(
+        "shards",
+        doc="how the clients' data is drawn: shards (FedRep, classes_per_client), dirichlet "
+        "(Dir(federated.dirichlet_alpha) label proportions), an installed plug-in "
+        "(entry-point group fedsheaf.partitions) or 'package.module:callable'; "
+        "docs/server-based.md",
+    )
+    dirichlet_alpha: float = spec(
+        0.5, lo=0.0, lo_open=True, doc="federated.partition=dirichlet: concentration α"
+    )
+    partition_args: dict[str, Any] = spec(
+        {},
+        doc="keyword arguments of federated.partition other than shards (dirichlet: "
+        "{min_size: 10})",
+    )
     train_per_client: int | None = spec(None, lo=1, doc="default: all of each client's shards")
     test_per_client: int | None = spec(
         None, lo=1, doc="test samples per client; default: all of its test shards"
@@ -223,7 +265,27 @@ class FederatedConfig:
     head_epochs: int = spec(10, lo=0, doc="FedRep τ: head epochs, body frozen")
     body_epochs: int = spec(5, lo=0, doc="FedRep τ_φ: body epochs, head frozen")
     finetune_epochs: int = spec(10, lo=0, doc="final local head fine-tuning")
-    weighted: bool = spec(True, doc="average weighted by sample count")
+    weighted: bool = spec(
+        True,
+        doc="average weighted by sample count (fedavg and the server optimisers' mean)",
+    )
+    aggregator: str = spec(
+        "fedavg",
+        doc="how the server combines the uploads: fedavg, fedadagrad, fedadam, fedyogi, "
+        "median, trimmed_mean, an installed plug-in's name (entry-point group "
+        "fedsheaf.aggregators) or 'package.module:callable'; docs/server-based.md",
+    )
+    aggregator_args: dict[str, Any] = spec(
+        {},
+        doc="keyword arguments of the aggregator (fedadam: {eta: 0.01, beta1: 0.9, "
+        "beta2: 0.99, tau: 0.001}; trimmed_mean: {beta: 0.1})",
+    )
+    prox_mu: float = spec(
+        0.0,
+        lo=0.0,
+        doc="FedProx: each client adds (μ/2)‖w − w_global‖² over the shared parameters it "
+        "trains to its local loss (0: plain FedAvg local training)",
+    )
     eval_last: int = spec(
         10,
         lo=1,
@@ -346,6 +408,11 @@ class OutputConfig:
     dir: str = spec("runs", doc="where run directories are created")
     name: str | None = spec(None, doc="run directory name; default <name>-<algorithm>-seed<seed>")
     overwrite: bool = spec(False, doc="replace an existing finished run directory")
+    tensorboard: bool = spec(
+        False,
+        doc="also write TensorBoard event files under RUN_DIR/tb/ (needs the tensorboard "
+        "package: pip install 'fedsheaf[tensorboard]'); metrics.jsonl stays the record",
+    )
 
     def check(self, prefix: str) -> None:
         if self.name is not None:
@@ -419,6 +486,12 @@ class ExperimentConfig:
                 "variant's messages are transported by maps that change at every refit, so "
                 "older batches cannot stay in a window; leave sheaf.window null"
             )
+        strict = self.algorithm == "sheaf_frl" and self.sheaf.variant == "strict"
+        if strict and self.sheaf.mask_secret == "file" and self.sheaf.mask_secret_dir is None:
+            raise ConfigError(
+                "sheaf.mask_secret=file reads each agent's key from sheaf.mask_secret_dir "
+                "(agent-<i>.key); set it, or use sheaf.mask_secret=os"
+            )
         if len(dims) > 1 and self.algorithm == "sheaf_frl" and self.sheaf.variant == "homogeneous":
             raise ConfigError(
                 f"sheaf.variant=homogeneous (Algorithm 2) needs equal latent dimensions, but "
@@ -442,14 +515,24 @@ class ExperimentConfig:
                 "federated.local_epochs, for FedRep head_epochs and body_epochs",
                 "train.steps_per_epoch": "server-based runs train whole local epochs",
                 "train.eval_every": "server-based runs read federated.eval_every",
+                "data.partition": "server-based runs read federated.partition",
+                "data.dirichlet_alpha": "server-based runs read federated.partition",
+                "data.partition_args": "server-based runs read federated.partition",
             }
             if self.algorithm != "head_fedavg":
                 unused["head"] = "head_fedavg only"
             if self.algorithm == "local":
                 unused["federated.fraction"] = "Local trains every client in every round"
+                for key in ("aggregator", "aggregator_args", "prox_mu"):
+                    unused[f"federated.{key}"] = "Local shares nothing with the server"
         if self.decentralized or self.hub_based:  # (baseline.* may serve the file's other methods)
             if self.sheaf.pilot_strategy not in ("prototype", "kmeans"):
                 unused["sheaf.prototype_members"] = "pilot_strategy prototype or kmeans only"
+            if self.algorithm != "sheaf_frl" or self.sheaf.variant != "strict":
+                unused["sheaf.mask_secret"] = "sheaf_frl with sheaf.variant=strict only"
+                unused["sheaf.mask_secret_dir"] = "sheaf_frl with sheaf.variant=strict only"
+            elif self.sheaf.mask_secret == "os":
+                unused["sheaf.mask_secret_dir"] = "sheaf.mask_secret=file only"
         if self.train.optimizer == "adam":
             unused["train.momentum"] = "Adam has no momentum term; sgd and nesterov read it"
         mine = flat_keys(self.to_dict())

@@ -9,6 +9,7 @@ from fedsheaf.data.partition import (
     AgentShard,
     ClientShard,
     Partition,
+    dirichlet_partition,
     fedrep_shards,
     label_shift_partition,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "Partition",
     "batches",
     "dataset_shape",
+    "dirichlet_partition",
     "fedrep_shards",
     "label_shift_partition",
     "load_dataset",

@@ -7,6 +7,10 @@ Two schemes, both deterministic functions of their inputs and an integer seed:
   ``P_i(y) = s * Unif(C_i) + (1 - s) * Unif(Y)``, each split train/val/test.
 * :func:`fedrep_shards` -- the FedRep authors' shard partition (SPEC section 4):
   single-class shards, ``S`` per client, test sets with the same classes.
+* :func:`dirichlet_partition` -- the Dirichlet(α) label partition of the FL
+  literature; :func:`pilot_then_pools` and :func:`client_shards` wrap it (or a
+  user's partition, see :mod:`fedsheaf.data.partitions_registry`) for the graph
+  and the server-based family.
 
 Indices always refer to positions in the label vector(s) passed in.
 """
@@ -14,21 +18,25 @@ Indices always refer to positions in the label vector(s) passed in.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from fedsheaf.util.errors import ConfigError, DataError
+from fedsheaf.util.seeding import rng as seeded_rng
 
 __all__ = [
     "AgentShard",
     "ClientShard",
     "Partition",
     "apportion",
+    "client_shards",
+    "dirichlet_partition",
     "fedrep_shards",
     "label_shift_partition",
     "label_shift_probs",
+    "pilot_then_pools",
 ]
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -387,6 +395,187 @@ def fedrep_shards(
                 train=np.sort(_take(tr, train_per_client, "train_per_client")).astype(np.int64),
                 test=np.sort(_take(te, test_per_client, "test_per_client")).astype(np.int64),
                 classes=tuple(sorted(set(row.tolist()))),
+            )
+        )
+    return clients
+
+
+# ------------------------------------------------------------------ Dirichlet(alpha)
+
+
+def dirichlet_partition(
+    labels: np.ndarray,
+    n_parties: int,
+    alpha: float,
+    seed: int,
+    min_size: int = 10,
+    n_classes: int | None = None,
+    max_attempts: int = 100,
+) -> list[np.ndarray]:
+    """Dirichlet(α) label partition: disjoint index arrays, one per party, covering all.
+
+    For each class ``c`` (ascending), proportions ``p ~ Dir(α·1)`` over the parties
+    are drawn, and the class's samples (seeded random order) are cut into consecutive
+    blocks of ``apportion(n_c, p)`` samples (largest remainders, so every sample is
+    used exactly once). Small α gives each party few classes; large α tends to the
+    i.i.d. split. If a party ends with fewer than ``min_size`` samples the whole draw
+    is repeated from the same generator, at most ``max_attempts`` times, then a
+    ConfigError says so. Deterministic in (labels, n_parties, alpha, seed, min_size,
+    n_classes, max_attempts).
+
+    Parameters
+    ----------
+    labels:
+        Integer class ids, shape ``(N,)``; the returned indices are positions in it.
+    alpha:
+        Concentration α > 0 of the symmetric Dirichlet.
+    min_size:
+        Fewest samples any party may hold (0: no requirement).
+    """
+    _check_seed(seed)
+    y = _as_labels(labels, "labels")
+    if isinstance(n_parties, bool) or not isinstance(n_parties, int | np.integer) or n_parties < 1:
+        raise ConfigError(f"n_parties must be a positive integer, got {n_parties!r}")
+    a = _real(alpha, "dirichlet alpha")
+    if not (a > 0 and math.isfinite(a)):
+        raise ConfigError(f"dirichlet alpha must be a positive number, got {alpha!r}")
+    if isinstance(min_size, bool) or not isinstance(min_size, int | np.integer) or min_size < 0:
+        raise ConfigError(f"min_size must be a non-negative integer, got {min_size!r}")
+    if min_size * n_parties > y.shape[0]:
+        raise ConfigError(
+            f"min_size={min_size} samples for each of {n_parties} parties needs "
+            f"{min_size * n_parties} samples, but there are {y.shape[0]}"
+        )
+    if n_classes is None:
+        n_classes = int(y.max()) + 1
+    gen = seeded_rng(seed, "dirichlet", int(n_parties))
+    members = [np.flatnonzero(y == c) for c in range(n_classes)]
+    smallest = 0
+    for _ in range(max(1, int(max_attempts))):
+        parts: list[list[np.ndarray]] = [[] for _ in range(n_parties)]
+        for m in members:
+            order = gen.permutation(m)
+            p = gen.dirichlet(np.full(n_parties, a))
+            if not np.all(np.isfinite(p)) or p.sum() <= 0:  # alpha so small that all underflow
+                p = np.zeros(n_parties)
+                p[gen.integers(n_parties)] = 1.0
+            bounds = np.cumsum(apportion(order.shape[0], p, gen))
+            for i, block in enumerate(np.split(order, bounds[:-1])):
+                parts[i].append(block)
+        out = [np.sort(np.concatenate(b)).astype(np.int64) for b in parts]
+        smallest = min(o.shape[0] for o in out)
+        if smallest >= min_size:
+            return out
+    raise ConfigError(
+        f"dirichlet partition (alpha={a:g}) left a party with {smallest} < min_size={min_size} "
+        f"samples in each of {max(1, int(max_attempts))} draws; raise alpha or the data, or "
+        "lower min_size or the number of parties"
+    )
+
+
+# ---------------------------------------------- generic partitions for both families
+
+#: A partition callable: ``(labels, n_parties, seed, **kwargs) -> index arrays``.
+PartitionFn = Callable[..., Sequence[np.ndarray]]
+
+
+def pilot_then_pools(
+    labels: np.ndarray,
+    n_agents: int,
+    seed: int,
+    assign: Callable[[np.ndarray, int, int], Sequence[np.ndarray]],
+    pilot_fraction: float = 0.1,
+    split: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    n_classes: int | None = None,
+) -> Partition:
+    """Pilot holdout, then agent pools from ``assign``, each split train/val/test.
+
+    A partition other than Eq. 23's gives every agent a chance of every class, so
+    by SPEC's rule (pilots from the classes every agent may observe) the pilots are
+    a uniformly drawn ``pilot_fraction`` of all samples, drawn exactly as
+    :func:`label_shift_partition` draws them. ``assign(rest_labels, n_agents, seed)``
+    then splits the remaining samples (indices into ``rest_labels``); samples it
+    assigns to no agent go to ``unused``. Each pool is split by ``split`` stratified
+    by class (class-sorted, seeded order within a class).
+    """
+    _check_seed(seed)
+    y = _as_labels(labels, "labels")
+    if n_classes is None:
+        n_classes = int(y.max()) + 1
+    _check_label_shift_args([[0]], 0.0, pilot_fraction, split, n_classes)
+    rng_pilot = np.random.default_rng([int(seed), 0])
+    rng_split = np.random.default_rng([int(seed), 1])
+    eligible = np.arange(y.shape[0])
+    n_pilots = round(pilot_fraction * eligible.shape[0])
+    pilots = np.sort(rng_pilot.choice(eligible, size=n_pilots, replace=False)).astype(np.int64)
+    keep = np.ones(y.shape[0], dtype=bool)
+    keep[pilots] = False
+    rest = np.flatnonzero(keep)
+    pools = assign(y[rest], n_agents, seed)
+    taken = np.zeros(rest.shape[0], dtype=bool)
+    agents = []
+    for local in pools:
+        idx = np.asarray(local, dtype=np.int64)
+        taken[idx] = True
+        pool = rest[idx]
+        # class-sorted, seeded order within a class: the bucket cut is stratified
+        pool = pool[np.lexsort((rng_split.permutation(pool.shape[0]), y[pool]))]
+        bucket = _bucket_sequence(pool.shape[0], split)
+        agents.append(AgentShard(*(np.sort(pool[bucket == k]).astype(np.int64) for k in range(3))))
+    unused = np.sort(rest[~taken]).astype(np.int64)
+    return Partition(pilots, tuple(range(n_classes)), agents, unused)
+
+
+def client_shards(
+    labels_train: np.ndarray,
+    labels_test: np.ndarray,
+    train_pools: Sequence[np.ndarray],
+    seed: int,
+    train_per_client: int | None = None,
+    test_per_client: int | None = None,
+    n_classes: int | None = None,
+) -> list[ClientShard]:
+    """Server-family clients from a partition of the training split.
+
+    Each class's test samples (seeded order) are cut among the clients in proportion
+    to how many training samples of that class each holds (largest remainders), so a
+    client's test set follows its training label distribution, as with
+    :func:`fedrep_shards`. ``train_per_client``/``test_per_client`` cut a client's
+    sets down to that size, spread over its classes in proportion.
+    """
+    _check_seed(seed)
+    ytr = _as_labels(labels_train, "labels_train")
+    yte = _as_labels(labels_test, "labels_test")
+    if n_classes is None:
+        n_classes = int(max(ytr.max(), yte.max())) + 1
+    gen = np.random.default_rng([int(seed), 3])
+    pools = [np.asarray(p, dtype=np.int64) for p in train_pools]
+    counts = np.array(
+        [np.bincount(ytr[p], minlength=n_classes)[:n_classes] for p in pools], dtype=np.float64
+    ).reshape(len(pools), n_classes)
+    test_parts: list[list[np.ndarray]] = [[] for _ in pools]
+    for c in range(n_classes):
+        members = gen.permutation(np.flatnonzero(yte == c))
+        if counts[:, c].sum() <= 0:
+            continue
+        bounds = np.cumsum(apportion(members.shape[0], counts[:, c], gen))
+        for i, block in enumerate(np.split(members, bounds[:-1])):
+            test_parts[i].append(block)
+
+    def by_class(idx: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+        idx = gen.permutation(idx)
+        return [s for s in (idx[y[idx] == c] for c in range(n_classes)) if s.shape[0]]
+
+    clients = []
+    for pool, tparts in zip(pools, test_parts, strict=True):
+        test = np.concatenate(tparts) if tparts else _EMPTY
+        tr = by_class(pool, ytr) or [_EMPTY]
+        te = by_class(test, yte) or [_EMPTY]
+        clients.append(
+            ClientShard(
+                train=np.sort(_take(tr, train_per_client, "train_per_client")).astype(np.int64),
+                test=np.sort(_take(te, test_per_client, "test_per_client")).astype(np.int64),
+                classes=tuple(sorted(set(ytr[pool].tolist()))),
             )
         )
     return clients

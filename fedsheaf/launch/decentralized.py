@@ -27,6 +27,7 @@ from fedsheaf.rundir.preflight import (
     describe_graph_run,
 )
 from fedsheaf.rundir.progress import Recorder, accuracies, agent_table
+from fedsheaf.rundir.tensorboard import Board
 from fedsheaf.runtime import experiment
 from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import (
@@ -82,6 +83,8 @@ def run_decentralized(
         resumed_state = loaded[1]
     if run_dir is not None:
         settle_config(run_dir, cfg)
+        if cfg.output.tensorboard:  # (after the restore: metrics.jsonl cut to the checkpoint)
+            recorder.board = Board(run_dir.path, "epoch", first_epoch + 1, recorder.history)
     world.barrier()  # an earlier launch's failed.json is gone before any rank may write one
     follow_run_dir(run_path)
     world.log(
@@ -100,7 +103,10 @@ def run_decentralized(
             out[clock.KEY] = clock.total()
         return out
 
-    algo.run(first_epoch, checkpointer(cfg, job, run_path, state, digest))
+    try:
+        algo.run(first_epoch, checkpointer(cfg, job, run_path, state, digest))
+    finally:
+        recorder.close()
     elapsed = clock.stop()
     nbr.free()
     peaks = world.peak_memory()  # (a hub's agents: not its server)

@@ -8,12 +8,14 @@ sampling, averaging and recording. One round::
     each rank trains its placed clients in turn  -> Gatherv their shared vectors
     [dynamic: the server deals clients to workers as they ask -> Send/Irecv]
     [balanced/dynamic: workers swap the new private states -> Iallgatherv]
-    server averages them (in client-id order)    -> Bcast the new shared vector
+    server aggregates them (in client-id order)  -> Bcast the new shared vector
     every client evaluates on its local test set -> Gatherv (client, correct, total, loss)
 
 After the last round, if the algorithm has a final schedule, every client runs
 it once (e.g. head fine-tuning, nothing uploaded) and is evaluated again.
-Averaging in client-id order makes results independent of the rank count.
+Aggregating in client-id order makes results independent of the rank count. The
+server's rule is ``federated.aggregator``
+(:mod:`fedsheaf.algorithms.federated.aggregators`; FedAvg's float64 mean by default).
 
 *Placement* (``federated.placement``). Client c's home is rank 1 + c mod W: it is
 evaluated, fine-tuned in the final round and checkpointed there. ``static``
@@ -47,8 +49,9 @@ are left out. ``bytes`` holds what MPI moved by kind, from the server's side: th
 broadcast counts once per worker rank (:class:`~fedsheaf.runtime.star.Star`).
 
 Every ``checkpoint.every`` rounds (and after the last) each rank saves its state (the server: the
-shared vector, the history, its byte counters and the task's server state, e.g.
-head-only FedAvg's Gram recursion; a worker: its home clients' private parameters)
+shared vector, the history, its byte counters, the task's server state, e.g.
+head-only FedAvg's Gram recursion, and its aggregator's, e.g. FedAdam's moments; a
+worker: its home clients' private parameters)
 with :mod:`fedsheaf.rundir.checkpoint`'s protocol, and ``checkpoint.resume`` continues
 from the newest complete checkpoint. Client sampling, batch order and
 augmentation derive from (seed, client, round), so no generator state needs
@@ -73,8 +76,13 @@ import numpy as np
 import torch
 
 from fedsheaf.algorithms.federated import FEDERATED
+from fedsheaf.algorithms.federated.aggregators import (
+    aggregator_state,
+    describe_aggregator,
+    load_aggregator_state,
+    make_aggregator,
+)
 from fedsheaf.algorithms.federated.protocol import (
-    average,
     client_rank,
     dispatch_order,
     hosted_clients,
@@ -96,6 +104,7 @@ from fedsheaf.rundir.lifecycle import (
     settle_config,
 )
 from fedsheaf.rundir.preflight import describe_server_run, fingerprint_data, per_round
+from fedsheaf.rundir.tensorboard import Board
 from fedsheaf.runtime.star import NO_CLIENT, SERVER, Star
 from fedsheaf.runtime.world import World, note_role
 from fedsheaf.util import memory
@@ -121,8 +130,13 @@ class Rounds:
         runner: ClientRunner,
         run_dir: RunDir | None,
         task: Task,
+        aggregator: Any = None,
     ) -> None:
         self.cfg, self.fc = cfg, cfg.federated
+        #: the server's aggregator (``federated.aggregator``; None on the workers)
+        if aggregator is None and star.is_server:
+            aggregator = make_aggregator(self.fc)
+        self.aggregator = aggregator
         self.star, self.runner, self.run_dir, self.task = star, runner, run_dir, task
         self.home = runner.home
         self.moves = moves(cfg, star.n_workers)
@@ -135,6 +149,8 @@ class Rounds:
         self._resumed: dict[str, Any] | None = None
         #: protocol bytes of the setup's reply (head-only FedAvg's Σ_cen to every client)
         self._setup_down = 0
+        #: the server's TensorBoard writer (``output.tensorboard=true``)
+        self.board: Board | None = None
 
     # ---- checkpoints ------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -145,6 +161,7 @@ class Rounds:
                 w=torch.from_numpy(self.w.copy()),
                 history=self.history,
                 task=self.task.server_state(),
+                aggregator=aggregator_state(self.aggregator),
             )
         return state
 
@@ -217,6 +234,7 @@ class Rounds:
         self.star.bytes = Counter(state["bytes"])
         if server:
             self.task.load_server_state(state.get("task", {}))
+            load_aggregator_state(self.aggregator, state.get("aggregator", {}))
         self._resumed = None
         return w
 
@@ -257,7 +275,7 @@ class Rounds:
                 if server:
                     assert got is not None and got_info is not None
                     got = got[order]
-                    w_new = self._aggregate(got, got_info)
+                    w_new = self._aggregate(w, got, got_info, t + 1)
                     extra = self.task.server_round(t, w, got, got_info, w_new)
                 else:
                     w_new = None
@@ -383,9 +401,26 @@ class Rounds:
         ]
         return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
 
-    def _aggregate(self, vecs: np.ndarray, info: np.ndarray) -> np.ndarray:
-        """The new shared vector from rows in client-id order (float64, in that order)."""
-        return average(vecs, info[:, 1] if self.fc.weighted else None)
+    def _aggregate(
+        self, w: np.ndarray, vecs: np.ndarray, info: np.ndarray, round_: int
+    ) -> np.ndarray:
+        """The new shared vector (float32) from the uploads ``vecs`` (rows in client-id
+        order, ``info``'s) and the vector ``w`` the clients started from: the
+        aggregator's (``federated.aggregator``; fedavg: the float64 mean in that order)."""
+        counts = [int(n) for n in info[:, 1]]
+        out = self.aggregator.aggregate(w, list(vecs), counts, round_)
+        try:
+            new = np.asarray(out, dtype=np.float64)  # (float32 -> float64 -> float32: exact)
+        except (TypeError, ValueError):
+            new = None
+        if new is None or new.shape != w.shape:
+            shape = "" if new is None else f" of shape {new.shape}"
+            raise ConfigError(
+                f"config key 'federated.aggregator': {self.fc.aggregator!r} returned a "
+                f"{type(out).__name__}{shape} in round {round_}, expected a flat vector of "
+                f"{w.size} numbers"
+            )
+        return new.astype(w.dtype)
 
     def _evaluates(self, t: int) -> bool:
         fc = self.fc
@@ -414,6 +449,8 @@ class Rounds:
         )
         if self.run_dir is not None:
             self.run_dir.append_metrics(record)
+        if self.board is not None:
+            self.board.write(record)
         self.history.append(record)
         where = "final round" if record["final"] else f"round {record['round']:>4}/{self.fc.rounds}"
         msg = f"{where}  loss {record['loss']:.4f}" + self.task.progress(record)
@@ -436,6 +473,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     algorithm = FEDERATED[cfg.algorithm](fc)
     task = algorithm.make_task(cfg)
     world.agree(lambda: task.check(world.size))
+    aggregator = world.agree(lambda: make_aggregator(fc), root_only=True)
     run_path = Path(cfg.output.dir) / cfg.run_name()
     digest = world.agree(
         lambda: fingerprint_data(cfg, task.fingerprint(), run_path), root_only=True
@@ -444,7 +482,7 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
     note_role(SERVER, "the server")  # (named so where the job's last words name it)
     runner = build_runner(cfg, world, task, star)
     run_dir = world.agree(lambda: open_run_dir(cfg, run_path), root_only=True)
-    rounds = Rounds(cfg, star, runner, run_dir, task)
+    rounds = Rounds(cfg, star, runner, run_dir, task, aggregator)
     per_rank = -(-fc.clients // star.n_workers)
     moved = rounds.moves
     placed = (
@@ -461,12 +499,18 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
         f"({human_bytes(runner.shared.nbytes, compact=True)}); "
         f"device {world.device}, {count(world.threads, 'thread')} per rank, seed {cfg.seed}"
     )
+    plain = (fc.aggregator, fc.aggregator_args, fc.prox_mu) == ("fedavg", {}, 0.0)
+    if not plain and runner.shared.size:
+        prox = f"; FedProx μ = {fc.prox_mu:g} on the clients" if fc.prox_mu else ""
+        world.log(f"fedsheaf: server aggregator {describe_aggregator(fc)}{prox}")
     clock = checkpoint.WallClock()
     if cfg.checkpoint.resume:  # (a refusal here comes before "writing")
         clock.resumed(restore(world, run_path, rounds))
     if run_dir is not None:
         world.log(f"fedsheaf: writing {run_dir.path}")
         settle_config(run_dir, cfg)
+        if cfg.output.tensorboard:  # (after the restore: metrics.jsonl cut to the checkpoint)
+            rounds.board = Board(run_dir.path, "round", rounds.rounds_done + 1, rounds.history)
     world.barrier()  # an earlier launch's failed.json is gone before any rank may write one
     follow_run_dir(run_path)
 
@@ -476,7 +520,11 @@ def run_server_based(cfg: ExperimentConfig, world: World) -> dict[str, Any] | No
             out[clock.KEY] = clock.total()
         return out
 
-    history = rounds.run(checkpointer(cfg, world, run_path, state, digest))
+    try:
+        history = rounds.run(checkpointer(cfg, world, run_path, state, digest))
+    finally:
+        if rounds.board is not None:
+            rounds.board.close()
     star.close()
     elapsed = clock.stop()
     peaks = world.peak_memory()
@@ -525,6 +573,7 @@ def build_runner(cfg: ExperimentConfig, world: World, task: Task, star: Star) ->
     data = world.agree(lambda: task.load_clients(load, device))
     runner = task.make_runner(task.build_model(), data, device)
     runner.home = home
+    runner.prox_mu = fc.prox_mu
     return runner
 
 

@@ -484,32 +484,48 @@ def runs_csv(records: list[RunRecord]) -> str:
 
 def plot(rows: list[Row], axis: str, path: Path) -> Path:
     """Private and communication accuracy against ``axis`` ('shift' or 'dim'), per method."""
+    return save_figure(accuracy_figure(rows, axis), path, dpi=120)
+
+
+def accuracy_figure(rows: list[Row], axis: str) -> Any:
+    """The figure :func:`plot` writes: one line per method, mean ± std over seeds, the
+    settings run as the x ticks, the methods named right of the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     comm = "comm_acc_deg" if axis == "shift" else "comm_acc"
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4), layout="constrained")
+    values = sorted({getattr(r, axis) for r in rows if getattr(r, axis) is not None})
+    handles, labels = [], []
     for ax, metric in zip(axes, ("private_acc", comm), strict=True):
         for method in sorted({r.method for r in rows}):
             pts = sorted(
-                (getattr(r, axis), r.mean[metric], r.std[metric])
+                (getattr(r, axis), r.mean[metric], r.std[metric], r.seeds)
                 for r in rows
                 if r.method == method and getattr(r, axis) is not None
             )
             if not pts:
                 continue
-            xs, ys, es = zip(*pts, strict=True)
+            xs, ys, es, seeds = zip(*pts, strict=True)
             errs = [0.0 if math.isnan(e) else e for e in es]
-            ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=method)
+            line = ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3)
+            if metric == "private_acc":
+                handles.append(line)
+                n = sorted(set(seeds))
+                labels.append(f"{method} ({'/'.join(map(str, n))} seed{'s' * (n != [1])})")
         ax.set_xlabel("shift strength s" if axis == "shift" else "bottleneck dimension d")
         if axis == "dim":
             ax.set_xscale("log", base=2)
+            ax.minorticks_off()
+        ax.set_xticks(values, [f"{v:g}" for v in values])  # the settings that were run
         ax.set_ylabel(METRIC_TITLES[metric])
         ax.grid(alpha=0.3)
-    axes[0].legend()
-    return save_figure(fig, path, dpi=120)
+    if all(r.seeds == 1 for r in rows):
+        fig.suptitle("one seed per point: no error bars", fontsize="small")
+    fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+    return fig
 
 
 def write_report(records: list[RunRecord], out: Path) -> list[Path]:

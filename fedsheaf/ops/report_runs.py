@@ -21,7 +21,9 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import statistics
+import textwrap
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -373,23 +375,127 @@ def _pyplot() -> Any:
     return plt
 
 
-MAX_LEGEND = 20
+#: Legend entries per column: a longer legend takes more columns, in smaller type.
+LEGEND_ROWS = 18
+#: Beyond this many entries a figure draws no legend (it says so; runs_table.md names them).
+MAX_LEGEND = 90
+#: A run evaluated fewer times than this gets its evaluations said in the learning curves.
+SPARSE = 3
+#: Markers of runs whose colour another run has too (beyond tab20's twenty colours).
+MARKERS = (".", "s", "^", "v", "D")
+#: A seed in a run's name (``sheaf_frl-d64-seed2``), dropped from a group's legend entry.
+SEED_IN_NAME = re.compile(r"[-_.]?seed[-_=]?\d+")
 
 
 def run_colours(n: int) -> list[Any]:
-    """One colour per run: matplotlib's ten default colours, and for more runs (up to
-    :data:`MAX_LEGEND`, beyond which no legend tells them apart anyway) the twenty of
-    ``tab20``, so that run 11 is not drawn in run 1's colour."""
+    """One colour per run (per legend entry): matplotlib's ten default colours, and for
+    more the twenty of ``tab20``, so that run 11 is not drawn in run 1's colour (beyond
+    twenty, :func:`run_looks` gives the repeated colours other markers)."""
     if n <= 10:
         return [f"C{i}" for i in range(n)]
     palette = _pyplot().get_cmap("tab20").colors
     return [palette[i % len(palette)] for i in range(n)]
 
 
-def _legend(fig: Any, handles: list[Any], labels: list[str]) -> None:
-    """Run names right of the panels (left out when there are too many to read)."""
-    if handles and len(handles) <= MAX_LEGEND:
-        fig.legend(handles, labels, loc="outside right upper", fontsize="small")
+def _seed_list(seeds: list[Any]) -> str:
+    if len(seeds) > 4:
+        return f"{len(seeds)} seeds"
+    ordered = sorted(seeds, key=lambda s: (not isinstance(s, int), s if isinstance(s, int) else 0))
+    return "seeds " + ", ".join(map(str, ordered))
+
+
+def legend_groups(runs: list[RunInfo]) -> list[tuple[str, list[int]]]:
+    """(legend label, indices of its runs), one per legend entry, in the runs' order: the
+    seeds of one setting (equal configs but for the seed and the :data:`SEED_INDEPENDENT`
+    keys, each seed once) share an entry and a colour, ``name (seeds 0, 1, 2)``; any other
+    run has its own."""
+    keyed: dict[tuple[Any, ...], list[int]] = {}
+    for i, run in enumerate(runs):
+        items = _setting_items(run)
+        keyed.setdefault(tuple(sorted((k, repr(v)) for k, v in items.items())), []).append(i)
+    out: list[tuple[str, list[int]]] = []
+    for members in keyed.values():
+        seeds = [runs[i].config.get("seed") for i in members]
+        distinct = None not in seeds and len({repr(s) for s in seeds}) == len(seeds)
+        if len(members) > 1 and distinct:
+            bases = {SEED_IN_NAME.sub("", runs[i].name) for i in members}
+            base = bases.pop() if len(bases) == 1 else f"{runs[members[0]].name} and others"
+            out.append((f"{base} ({_seed_list(seeds)})", members))
+        else:
+            out.extend((runs[i].name, [i]) for i in members)
+    out.sort(key=lambda entry: entry[1][0])
+    return out
+
+
+@dataclass
+class Looks:
+    """How a figure draws each run, and its legend's entries."""
+
+    #: per run: colour, marker, and the legend entry it belongs to
+    colour: list[Any]
+    marker: list[str]
+    entry: list[int]
+    labels: list[str]
+
+
+def run_looks(runs: list[RunInfo]) -> Looks:
+    """Colours and markers per run: one colour per legend entry (:func:`legend_groups`)."""
+    groups = legend_groups(runs)
+    colours = run_colours(len(groups))
+    n = len(runs)
+    look = Looks([None] * n, ["."] * n, [0] * n, [label for label, _ in groups])
+    for g, (_, members) in enumerate(groups):
+        for i in members:
+            look.colour[i], look.entry[i] = colours[g], g
+            look.marker[i] = MARKERS[(g // 20) % len(MARKERS)] if len(groups) > 20 else "."
+    return look
+
+
+def _legend_shape(labels: list[str]) -> tuple[int, str, float]:
+    """(columns, font size, width in inches) of a legend of ``labels``."""
+    n = len(labels)
+    if n == 0 or n > MAX_LEGEND:
+        return 0, "small", 0.0
+    small = n <= LEGEND_ROWS
+    columns = 1 if small else math.ceil(n / (LEGEND_ROWS + 4))  # x-small: more rows fit
+    chars = max(len(label) for label in labels)
+    width = columns * (0.5 + chars * (0.068 if small else 0.058))
+    return columns, "small" if small else "x-small", width
+
+
+def _figure(plt: Any, panels: int, panel_width: float, look: Looks, sharex: bool = True) -> Any:
+    """A row of ``panels`` panels, widened to hold the legend beside them."""
+    _, _, legend_width = _legend_shape(look.labels)
+    fig, axes = plt.subplots(
+        1,
+        panels,
+        figsize=(panel_width * panels + legend_width, 4),
+        squeeze=False,
+        sharex=sharex,
+        layout="constrained",
+    )
+    return fig, axes[0]
+
+
+def _legend(fig: Any, handles: dict[int, Any], look: Looks) -> None:
+    """One entry per run (per group of seeds) right of the panels, in as many columns as
+    it takes; beyond :data:`MAX_LEGEND` entries a line says why there is none."""
+    shown = sorted(handles)
+    if len(shown) > MAX_LEGEND:
+        fig.suptitle(
+            f"{count(len(shown), 'run')}: too many to name in a legend (runs_table.md names them)",
+            fontsize="small",
+        )
+        return
+    if shown:
+        columns, size, _ = _legend_shape([look.labels[g] for g in shown])
+        fig.legend(
+            [handles[g] for g in shown],
+            [look.labels[g] for g in shown],
+            loc="outside right upper",
+            fontsize=size,
+            ncols=columns,
+        )
 
 
 def _wide_positive(ax: Any) -> bool:
@@ -401,6 +507,32 @@ def _wide_positive(ax: Any) -> bool:
 def plot_learning_curves(runs: list[RunInfo], path: Path) -> Path:
     """Accuracy (and test MSE, training loss) against epoch/round, one colour per run."""
     return save_figure(learning_curves_figure(runs), path, dpi=110)
+
+
+def _unit(runs: list[RunInfo]) -> str:
+    units = {run.step_key for run in runs}
+    return units.pop() if len(units) == 1 else "epoch / round"
+
+
+def sparse_note(runs: list[RunInfo], steps: dict[int, list[int]]) -> str | None:
+    """What a panel of evaluated numbers says when a run was evaluated fewer than
+    :data:`SPARSE` times (``steps``: run index -> its evaluated epochs/rounds): when."""
+    sparse = {i: xs for i, xs in steps.items() if len(xs) < SPARSE}
+    if not sparse:
+        return None
+    at = sorted({x for xs in sparse.values() for x in xs})
+    unit = _unit([runs[i] for i in sparse])
+    where = f"{unit}{'s' if len(at) > 1 and '/' not in unit else ''} " + ", ".join(map(str, at[:8]))
+    where += ", …" if len(at) > 8 else ""
+    who = "every run" if len(sparse) == len(steps) else f"{len(sparse)} of {len(steps)} runs"
+    keys = set()
+    for i in sparse:
+        run = runs[i]
+        section = "federated" if run.family == "server" else "train"
+        value = (run.config.get(section) or {}).get("eval_every")
+        keys.add(f"{section}.eval_every={value}" if value is not None else "")
+    why = f" ({keys.pop()})" if len(keys) == 1 and "" not in keys else ""
+    return f"sparse evaluation: {who} evaluated only at {where}{why}"
 
 
 def learning_curves_figure(runs: list[RunInfo]) -> Any:
@@ -416,41 +548,52 @@ def learning_curves_figure(runs: list[RunInfo]) -> Any:
         )
         if any(n in c for c in curves for n in names)
     ] or [("test accuracy", ("acc",), False)]
-    fig, axes = plt.subplots(
-        1,
-        len(panels),
-        figsize=(5 * len(panels) + 2, 4),
-        squeeze=False,
-        sharex=True,  # one epoch axis: a run evaluated only at its end still sits at its end
-        layout="constrained",
-    )
+    look = run_looks(runs)
+    # one epoch axis: a run evaluated only at its end still sits at its end
+    fig, axes = _figure(plt, len(panels), 5, look)
     # communication accuracy: dashed, and crosses for runs evaluated too rarely for a line
     styles = {"comm_acc": ("--", "x")}
-    handles: dict[int, Any] = {}  # one legend entry per run
-    colours = run_colours(len(runs))
-    for ax, (title, names, log) in zip(axes[0], panels, strict=True):
+    handles: dict[int, Any] = {}  # one legend entry per run (per group of seeds)
+    for ax, (title, names, log) in zip(axes, panels, strict=True):
+        evaluated: dict[int, list[int]] = {}
         for i, run_curves in enumerate(curves):
             for n in names:
                 if n in run_curves:
                     xs, ys = run_curves[n]
-                    style, marker = styles.get(n, ("-", "."))
-                    (line,) = ax.plot(xs, ys, style, marker=marker, color=colours[i])
-                    handles.setdefault(i, line)
+                    evaluated.setdefault(i, xs)
+                    style, marker = styles.get(n, ("-", look.marker[i]))
+                    size = 9 if len(xs) < SPARSE else 6  # a lone point is seen
+                    (line,) = ax.plot(
+                        xs, ys, style, marker=marker, markersize=size, color=look.colour[i]
+                    )
+                    handles.setdefault(look.entry[i], line)
                 if n + FINAL in run_curves:
                     xs, ys = run_curves[n + FINAL]
-                    (line,) = ax.plot(xs, ys, "*", markersize=10, color=colours[i])
-                    handles.setdefault(i, line)
+                    (line,) = ax.plot(xs, ys, "*", markersize=10, color=look.colour[i])
+                    handles.setdefault(look.entry[i], line)
         if "comm_acc" in names and any("comm_acc" in c for c in curves):
             title += " (dashed, x: comm.)"
         if any(n + FINAL in c for c in curves for n in names):
             title += " (*: after fine-tuning)"
-        ax.set_xlabel("epoch / round")
+        ax.set_xlabel(_unit(runs))
         _whole_steps(ax)
         ax.set_title(title)
         if log and _wide_positive(ax):
             ax.set_yscale("log")
+        note = sparse_note(runs, evaluated) if names != ("loss",) else None
+        if note is not None:
+            ax.text(
+                0.03,
+                0.97,
+                textwrap.fill(note, 38),
+                transform=ax.transAxes,
+                ha="left",
+                va="top",
+                fontsize="small",
+                bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "0.7"},
+            )
         ax.grid(alpha=0.3)
-    _legend(fig, [handles[i] for i in sorted(handles)], [runs[i].name for i in sorted(handles)])
+    _legend(fig, handles, look)
     return fig
 
 
@@ -463,7 +606,7 @@ def _whole_steps(ax: Any) -> None:
 
 def bytes_series(runs: list[RunInfo]) -> tuple[dict[int, list[tuple[int, int]]], list[str]]:
     """(run index → its (step, training bytes) points, names of the runs that moved none:
-    noncoop, which a figure leaves out, on a log axis too)."""
+    noncoop, drawn at 0 on a linear axis, named instead on a log one)."""
     series, silent = {}, []
     for i, run in enumerate(runs):
         key = run.step_key
@@ -475,47 +618,167 @@ def bytes_series(runs: list[RunInfo]) -> tuple[dict[int, list[tuple[int, int]]],
     return series, silent
 
 
+def eval_series(runs: list[RunInfo]) -> dict[int, list[tuple[int, int]]]:
+    """Run index → its (epoch, evaluation bytes) points: what each evaluation of a
+    decentralized run sent along the edges (:func:`eval_bytes`), for runs that sent any."""
+    out = {}
+    for i, run in enumerate(runs):
+        if run.family != "decentralized":
+            continue
+        pts = [
+            (r["epoch"], eval_bytes(r))
+            for r in run.records
+            if isinstance(r.get("epoch"), int) and "eval_bytes_sent" in r
+        ]
+        if any(y for _, y in pts):
+            out[i] = pts
+    return out
+
+
 def plot_bytes(runs: list[RunInfo], path: Path) -> Path:
     """Training bytes per epoch/round per run (:func:`step_bytes`: decentralized, sent
-    without the evaluation's; server-based, up + down)."""
+    without the evaluation's; server-based, up + down), and beside them what each
+    evaluation of a decentralized run sent (:func:`eval_series`)."""
     return save_figure(bytes_figure(runs), path, dpi=110)
+
+
+BYTE_UNITS = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
+
+
+def _in_unit(value: float, top: float) -> str:
+    """``value`` bytes in the unit of ``top`` (``12.5 MB``)."""
+    unit, scale = next(((u, s) for u, s in BYTE_UNITS if top >= s), ("B", 1.0))
+    return f"{value / scale:.4g} {unit}"
+
+
+def _byte_ticks(ax: Any) -> None:
+    """Bytes on the y ticks in words: ``0 MB``, ``5 MB``, ``10 MB`` on a linear axis (one
+    unit, the top's), ``10 B``, ``100 kB``, ``1 MB`` on a log one (1, 2, 5 per decade where
+    the axis spans two decades or less); never matplotlib's "1e7" above the axis, over the
+    title, nor its "4×10⁶" on the minor ticks (and no label below 0)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    if ax.get_yscale() != "log":
+        ax.yaxis.set_major_formatter(
+            FuncFormatter(lambda v, _: _in_unit(v, ax.get_ylim()[1]) if v >= 0 else "")
+        )
+        return
+    low, high = ax.get_ylim()
+    if high / max(low, 1e-12) <= 100:
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _in_unit(v, v) if v > 0 else ""))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _scale_bytes(ax: Any) -> bool:
+    """A log axis for values over decades, else a linear one from 0 (a flat line reads as
+    what it is, not as noise on a zoomed axis); returns whether it is linear."""
+    if _wide_positive(ax):
+        ax.set_yscale("log")
+        return False
+    top = max((float(y) for line in ax.lines for y in line.get_ydata()), default=0.0)
+    ax.set_ylim(0, top * 1.08 if top > 0 else 1.0)
+    return True
 
 
 def bytes_figure(runs: list[RunInfo]) -> Any:
     """The figure :func:`plot_bytes` writes."""
     plt = _pyplot()
-    from matplotlib.ticker import FuncFormatter
-
-    fig, ax = plt.subplots(figsize=(8, 4), layout="constrained")
-    handles: list[Any] = []
-    labels: list[str] = []
     series, silent = bytes_series(runs)
-    colours = run_colours(len(runs))
+    evals = eval_series(runs)
+    look = run_looks(runs)
+    fig, axes = _figure(plt, 2 if evals else 1, 5.5 if evals else 6, look)
+    handles: dict[int, Any] = {}
+    ax = axes[0]
     for i, pts in series.items():
         xs, ys = zip(*pts, strict=True)
-        (line,) = ax.plot(xs, ys, marker=".", color=colours[i])
-        handles.append(line)
-        labels.append(runs[i].name)
+        (line,) = ax.plot(xs, ys, marker=look.marker[i], color=look.colour[i])
+        handles.setdefault(look.entry[i], line)
+    quiet = [i for i, run in enumerate(runs) if run.name in silent]
+    named = list(dict.fromkeys(look.labels[look.entry[i]] for i in quiet))
+    title = "training traffic"
+    if _scale_bytes(ax):  # the runs that sent nothing: a line at 0
+        for i in quiet:
+            key = runs[i].step_key
+            steps = [r[key] for r in runs[i].records if isinstance(r.get(key), int)]
+            (line,) = ax.plot(
+                steps, [0] * len(steps), marker=look.marker[i], color=look.colour[i], clip_on=False
+            )
+            handles.setdefault(look.entry[i], line)
+        if named:
+            title += "\n" + _names_note("at 0 (no training traffic)", named)
+    elif named:
+        title += "\n" + _names_note("not drawn on the log axis (no training traffic)", named)
+    ax.set_title(title, fontsize="medium")
     finals = any(r.get("final") for run in runs for r in run.records)
     ax.set_xlabel(
-        "epoch / round" + (" (a final fine-tuning round is drawn after the last)" if finals else "")
+        _unit(runs) + (" (a final fine-tuning round is drawn after the last)" if finals else "")
     )
-    _whole_steps(ax)
-    ax.set_ylabel("training bytes per epoch / round")
-    if _wide_positive(ax):
-        ax.set_yscale("log")
-    # "1.20 MB" on the ticks: matplotlib's own labels put a "1e7" above the axis, over
-    # the title (none below 0, where the axis's margin may reach)
-    ax.yaxis.set_major_formatter(
-        FuncFormatter(lambda value, _: human_bytes(value) if value >= 0 else "")
-    )
-    if silent:
-        names = ", ".join(silent)
-        what = names if len(names) <= 60 else count(len(silent), "run")
-        ax.set_title(f"not drawn (no training traffic): {what}", fontsize="small")
-    ax.grid(alpha=0.3)
-    _legend(fig, handles, labels)
+    ax.set_ylabel(f"bytes per {_unit(runs)}")
+    if evals:
+        _eval_panel(axes[1], runs, evals, look, handles)
+    for a in axes:
+        _whole_steps(a)
+        _byte_ticks(a)
+        a.grid(alpha=0.3)
+    _legend(fig, handles, look)
     return fig
+
+
+def _eval_panel(
+    ax: Any,
+    runs: list[RunInfo],
+    evals: dict[int, list[tuple[int, int]]],
+    look: Looks,
+    handles: dict[int, Any],
+) -> None:
+    """What each evaluation sent, per run; a run evaluated rarely gets its values written
+    beside its points."""
+    for i, pts in evals.items():
+        xs, ys = zip(*pts, strict=True)
+        (line,) = ax.plot(xs, ys, marker=look.marker[i], markersize=8, color=look.colour[i])
+        handles.setdefault(look.entry[i], line)
+    _scale_bytes(ax)
+    for x, low, high in _nearby(
+        [pt for pts in evals.values() if len(pts) < SPARSE for pt in pts], ax.get_ylim()
+    ):
+        ax.annotate(
+            human_bytes(low) if low == high else f"{human_bytes(low)} – {human_bytes(high)}",
+            (x, (low + high) / 2),
+            xytext=(-9, 0),
+            textcoords="offset points",
+            ha="right",
+            va="center",
+            fontsize="small",
+        )
+    what = "test latents along the edges"
+    if any(runs[i].algorithm == "noncoop" for i in evals):
+        what += "; noncoop: + pilot features"
+    ax.set_title(f"evaluation traffic\n({what})", fontsize="medium")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("bytes per evaluation")
+
+
+def _nearby(points: list[tuple[int, int]], ylim: tuple[float, float]) -> list[tuple[int, int, int]]:
+    """``(x, lowest, highest)`` of ``points`` at one x whose values lie within 4% of the
+    axis of each other (one label for them, not labels drawn over each other)."""
+    out: list[tuple[int, int, int]] = []
+    span = 0.04 * (ylim[1] - ylim[0])
+    for x, y in sorted(set(points)):
+        if out and out[-1][0] == x and y - out[-1][2] <= span:
+            out[-1] = (x, out[-1][1], y)
+        else:
+            out.append((x, y, y))
+    return out
+
+
+def _names_note(what: str, names: list[str]) -> str:
+    """``what: a, b`` over lines of a panel's width (``what: 3 runs`` when the names
+    would take more than two)."""
+    shown = ", ".join(names)
+    if len(shown) > 110:
+        shown = count(len(names), "run")
+    return textwrap.fill(f"{what}: {shown}", 62)
 
 
 #: The server-based numbers :func:`server_seed_means` averages over seeds.

@@ -493,7 +493,7 @@ def _expand(path: Path, extra: list[str], scratch: Path, output: str | Path | No
                         overrides,
                         _ranks(m, cfg, where, tag, known),
                         str(out / "runs" / tag),
-                        {"algorithm": cfg.algorithm},
+                        {"algorithm": cfg.algorithm, "device": cfg.train.device},
                     )
                 )
     again = next((t for t, k in Counter(r.name for r in runs).items() if k > 1), None)

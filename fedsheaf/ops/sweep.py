@@ -2,19 +2,24 @@
 locally or list them.
 
 ``--local`` runs them one after another (skipping finished ones and resuming
-interrupted ones from their checkpoints), ``--emit`` writes them one per line for a SLURM
-job array, and without either the plan is printed and nothing is written. Either way
-``study.json`` in the sweep directory records every run for ``fedsheaf report``.
+interrupted ones from their checkpoints), ``--emit`` writes them one per line for SLURM
+job arrays (one list per task count and GPUs a task: :func:`array_groups`), and without
+either the plan is printed and nothing is written. Either way ``study.json`` in the
+sweep directory records every run for ``fedsheaf report``.
 """
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from fedsheaf.config.ranks import gpus_per_task
 from fedsheaf.ops.processes import Terminated, run_job
 from fedsheaf.ops.study import (
     Run,
@@ -204,10 +209,73 @@ def record_timings(path: Path, timings: dict[str, float], seconds: float) -> Non
 
 
 DEFAULT_LAUNCHER = "mpiexec -n {n}"
+#: The job-array script every emitted list is submitted with.
+SWEEP_ARRAY = "slurm/sweep_array.sbatch"
 
 
-def emit(study: Study, path: Path, launcher: str = DEFAULT_LAUNCHER) -> Path:
-    """Write one command line per run (line k = SLURM array task k).
+@dataclass
+class ArrayGroup:
+    """The runs of a study that need the same tasks (and GPUs a task): one command list,
+    submitted as one job array."""
+
+    tasks: int
+    gpus: int
+    runs: list[Run]
+    path: Path
+
+    @property
+    def label(self) -> str:
+        """``15tasks``, ``2tasks-1gpu``: the list's file name ends so."""
+        return f"{self.tasks}tasks" + (f"-{self.gpus}gpu" if self.gpus else "")
+
+    def sbatch(self, throttle: int | None = None) -> str:
+        """The ``sbatch`` line that submits this list (``throttle``: at most that many
+        array tasks at once, ``%N``)."""
+        array = f"--array=1-{len(self.runs)}" + (f"%{throttle}" if throttle else "")
+        words = ["sbatch", array, f"--ntasks={self.tasks}"]
+        if self.gpus:
+            words.append(f"--gpus-per-task={self.gpus}")
+        return shlex.join([*words, SWEEP_ARRAY, str(self.path)])
+
+
+def emit_base(target: str | None, output: Path) -> Path:
+    """The command list ``--emit [TARGET]`` names: TARGET, ``commands.txt`` inside it
+    when it is a directory (existing, or written with a trailing ``/``), by default
+    ``<sweep dir>/commands.txt``."""
+    if not target:
+        return output / "commands.txt"
+    path = Path(target)
+    if target.endswith(("/", os.sep)) or path.is_dir():
+        return path / "commands.txt"
+    return path
+
+
+def array_groups(study: Study, base: Path, gpus: int | None = None) -> list[ArrayGroup]:
+    """``study``'s runs grouped by the tasks and GPUs a task they need, fewest first,
+    each with its list's path: ``base`` itself when there is one group, else ``base``'s
+    name with the group's label (``commands-2tasks.txt``, ``commands-15tasks-1gpu.txt``).
+    ``gpus`` (``--gpus-per-task``) goes to every run that may train on a GPU
+    (:func:`fedsheaf.config.ranks.gpus_per_task`)."""
+    grouped: dict[tuple[int, int], list[Run]] = {}
+    for run in study.runs:
+        key = (run.ranks, gpus_per_task(run.extra.get("device", "auto"), gpus))
+        grouped.setdefault(key, []).append(run)
+    groups = [ArrayGroup(t, g, runs, base) for (t, g), runs in sorted(grouped.items())]
+    if len(groups) > 1:
+        for group in groups:
+            group.path = base.with_name(f"{base.stem}-{group.label}{base.suffix}")
+    return groups
+
+
+def emit(
+    study: Study,
+    path: Path,
+    launcher: str = DEFAULT_LAUNCHER,
+    gpus: int | None = None,
+) -> list[ArrayGroup]:
+    """Write one command line per run (line k = SLURM array task k), one list per group
+    of runs that need the same tasks and GPUs (:func:`array_groups`; ``path`` itself when
+    every run needs the same).
 
     Every line resumes its run (``checkpoint.resume=true``): run again (a requeued or
     resubmitted task) it continues an interrupted run, leaves a finished one alone
@@ -217,12 +285,38 @@ def emit(study: Study, path: Path, launcher: str = DEFAULT_LAUNCHER) -> Path:
         prefix = launcher_words(launcher)
     except ValueError as exc:
         raise ConfigError(f"--launcher: {exc}") from None
-    check_emit_target(path)
-    lines = [
-        shlex.join([*r.argv(prefix, ["fedsheaf"]), "checkpoint.resume=true"]) for r in study.runs
-    ]
-    atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
+    groups = array_groups(study, path, gpus)
+    for group in groups:
+        check_emit_target(group.path)
+    for group in groups:
+        lines = [
+            shlex.join([*r.argv(prefix, ["fedsheaf"]), "checkpoint.resume=true"])
+            for r in group.runs
+        ]
+        atomic_write_text(group.path, "\n".join(lines) + "\n")
+    warn_stale_lists(path, [g.path for g in groups])
+    return groups
+
+
+def warn_stale_lists(base: Path, written: list[Path]) -> None:
+    """Name the command lists beside ``base`` that an earlier ``--emit`` wrote and this
+    one did not (another grouping: a list of runs no longer in the study's groups)."""
+    near = [base, *base.parent.glob(f"{glob.escape(base.stem)}-*tasks*{glob.escape(base.suffix)}")]
+    for old in sorted(set(near) - set(written)):
+        if old.is_file() and is_command_list(old):
+            logger.warning(
+                f"sweep: {old} is from an earlier --emit and is not one of this sweep's "
+                "lists; remove it (do not submit it)"
+            )
+
+
+def is_command_list(path: Path) -> bool:
+    """Whether ``path`` holds a command list written by ``--emit`` (and nothing else)."""
+    try:
+        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except (OSError, UnicodeDecodeError):
+        return False
+    return all(" fedsheaf run " in ln and ln.endswith(" checkpoint.resume=true") for ln in lines)
 
 
 def check_emit_target(path: Path) -> None:
@@ -233,11 +327,7 @@ def check_emit_target(path: Path) -> None:
         return
     if path.is_dir():
         raise ConfigError(f"--emit {path}: it is a directory; name a file")
-    try:
-        lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    except (OSError, UnicodeDecodeError):
-        lines = ["?"]
-    if all(" fedsheaf run " in ln and ln.endswith(" checkpoint.resume=true") for ln in lines):
+    if is_command_list(path):
         return
     raise ConfigError(
         f"--emit {path}: the file exists and is not a command list written by --emit; "

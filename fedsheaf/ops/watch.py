@@ -146,7 +146,10 @@ def format_record(rec: dict[str, Any], cfg: dict[str, Any]) -> str | None:
         cells.append(f"{rec['seconds']:.2f} s")
     # in the units of the job's own progress lines
     if "bytes_sent" in rec:
-        cells.append(f"sent {human_bytes(rec['bytes_sent'], compact=True)}")
+        sent = f"sent {human_bytes(rec['bytes_sent'], compact=True)}"
+        if "eval_bytes_sent" in rec:  # an evaluated epoch: its own traffic apart
+            sent += f" training + {human_bytes(rec['eval_bytes_sent'], compact=True)} evaluation"
+        cells.append(sent)
     if "server_bytes_sent" in rec:
         up, down = (
             human_bytes(rec["server_bytes_sent"], compact=True),

@@ -8,6 +8,7 @@ Layout of a run directory::
     summary.json       final numbers, written once at the end
     summary.prev.json  while a finished run is trained longer: its earlier summary
     checkpoints/       see fedsheaf.rundir.checkpoint
+    tb/                TensorBoard event files (output.tensorboard=true; rundir.tensorboard)
     .fedsheaf.lock     held by the job writing into it (fedsheaf.rundir.run_lock)
     .fedsheaf-run.json fedsheaf's mark: {"format", "created", "fedsheaf"}, written first
 
@@ -17,6 +18,7 @@ fedsheaf writes only into a directory that is new, empty or its own (:func:`owne
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import errno
 import json
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsheaf import __version__
-from fedsheaf.config.sections import ALGORITHMS, read_yaml
+from fedsheaf.config.sections import ALGORITHMS, ExperimentConfig, read_yaml
 from fedsheaf.rundir import run_lock
 from fedsheaf.util.atomic import atomic_write_json, atomic_write_text, json_safe
 from fedsheaf.util.errors import ConfigError, WriteError
@@ -41,6 +43,12 @@ FAILURE_FILE = "failed.json"
 #: What rank 0 writes into its run directory when the run stops on request
 #: (:mod:`fedsheaf.runtime.stop_request`): ``{"signal", "epoch" or "round", "time"}``.
 STOP_FILE = "stopped.json"
+
+#: Where ``output.tensorboard=true`` writes TensorBoard event files, in the run directory.
+TENSORBOARD_DIR = "tb"
+
+#: The names of TensorBoard's event files (what ``output.overwrite`` removes from ``tb/``).
+EVENT_FILES = "events.out.tfevents.*"
 
 #: What a run leaves beside its config.yaml (one is enough to make it a run directory).
 RUN_MARKS = ("metrics.jsonl", "summary.json", "checkpoints", FAILURE_FILE, STOP_FILE)
@@ -88,13 +96,15 @@ def _marker_format(path: Path) -> int | None:
 
 
 def is_fedsheaf_config(path: Path) -> bool:
-    """Whether ``path`` is a YAML mapping naming one of fedsheaf's algorithms (a run's
-    config.yaml, however old; not another tool's)."""
+    """Whether ``path`` reads as a fedsheaf config (a run's config.yaml, however old; not
+    another tool's): a YAML mapping with a ``name``, whose top-level keys are all
+    fedsheaf's, naming one of its algorithms if any."""
     try:
         raw = read_yaml(path)
     except ConfigError:
         return False
-    return isinstance(raw.get("algorithm"), str) and raw["algorithm"] in ALGORITHMS
+    known = {f.name for f in dataclasses.fields(ExperimentConfig)}
+    return "name" in raw and set(raw) <= known and raw.get("algorithm", "sheaf_frl") in ALGORITHMS
 
 
 def owned(path: Path) -> bool:
@@ -332,6 +342,14 @@ class RunDir:
                     raise ConfigError(
                         f"cannot remove {self.path / name} (output.overwrite=true): "
                         f"{exc.strerror or exc}"
+                    ) from None
+            board = self.path / TENSORBOARD_DIR
+            for events in sorted(board.glob(EVENT_FILES)) if board.is_dir() else []:
+                try:  # the replaced run's TensorBoard events (its other files there stay)
+                    events.unlink()
+                except OSError as exc:
+                    raise ConfigError(
+                        f"cannot remove {events} (output.overwrite=true): {exc.strerror or exc}"
                     ) from None
 
     @property

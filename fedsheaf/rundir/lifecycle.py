@@ -115,7 +115,7 @@ def load_latest(job: World, cfg: ExperimentConfig, run_path: Path) -> Loaded:
     """
     length, unit, _ = run_length(cfg)
     candidates = job.bcast(job.agree(lambda: resumable(cfg, run_path, job.size), root_only=True))
-    problems = []
+    newest: str | None = None  # why the newest cannot be used (as ``fedsheaf check`` says)
     for ckpt in candidates:
         try:
             state, problem = checkpoint.load_rank(ckpt, job.rank), None
@@ -128,14 +128,16 @@ def load_latest(job: World, cfg: ExperimentConfig, run_path: Path) -> Loaded:
                 history = (state or {}).get("history") or []
                 job.agree(partial(refuse_unevaluated_end, run_path, history, length))
             return ckpt, state
+        newest = newest or problems[0]
         job.log(
             f"fedsheaf: the checkpoint after {unit} {ckpt.epoch} cannot be used "
             f"({problems[0]}); trying the one before"
         )
-    if problems:
+    if newest is not None:
+        reason = newest
 
         def unreadable() -> None:
-            raise checkpoint.none_readable(run_path, problems[0])
+            raise checkpoint.none_readable(run_path, reason)
 
         job.agree(unreadable, root_only=True)
     return None, None

@@ -17,11 +17,12 @@ import torch
 
 from fedsheaf.algorithms import agent_class
 from fedsheaf.algorithms.federated import FEDERATED
+from fedsheaf.algorithms.federated.aggregators import make_aggregator
 from fedsheaf.algorithms.federated.protocol import n_selected
 from fedsheaf.config.sections import ExperimentConfig, load_config
 from fedsheaf.data.sources import Dataset, data_digest
 from fedsheaf.graphs import Graph, load_graph
-from fedsheaf.rundir import checkpoint, run_lock
+from fedsheaf.rundir import checkpoint, footprint, run_lock, tensorboard
 from fedsheaf.rundir.files import (
     RUN_FILES,
     check_not_foreign,
@@ -41,7 +42,7 @@ from fedsheaf.rundir.resume import (
 )
 from fedsheaf.runtime import experiment
 from fedsheaf.util.errors import CheckpointError, ConfigError
-from fedsheaf.util.hostinfo import singleton_hint
+from fedsheaf.util.hostinfo import available_memory_bytes, singleton_hint
 from fedsheaf.util.units import count
 
 
@@ -97,8 +98,16 @@ def describe_graph_run(cfg: ExperimentConfig, graph: Graph, ds: Dataset, steps: 
     return (
         f"{cfg.algorithm} '{cfg.name}' on {graph.name} ({count(graph.n, 'agent')}, "
         f"{count(len(graph.edges), 'edge')}), {ds.name} "
-        f"s={cfg.data.shift}, {count(cfg.train.epochs, 'epoch')} x {count(steps, 'step')}"
+        f"{_partition_words(cfg)}, {count(cfg.train.epochs, 'epoch')} x {count(steps, 'step')}"
     )
+
+
+def _partition_words(cfg: ExperimentConfig) -> str:
+    """``s=0.7`` (Eq. 23's label shift), ``Dirichlet(α=0.5)`` or the partition's name."""
+    ref = cfg.data.partition.strip()
+    if ref == "label_shift":
+        return f"s={cfg.data.shift}"
+    return f"Dirichlet(α={cfg.data.dirichlet_alpha:g})" if ref == "dirichlet" else ref
 
 
 def describe_server_run(
@@ -187,23 +196,23 @@ def extend_finished(path: Path, saved: ExperimentConfig, cfg: ExperimentConfig) 
 def resumable(cfg: ExperimentConfig, path: Path, n_ranks: int) -> list[checkpoint.Checkpoint]:
     """The checkpoints the manifest of ``path`` names, written by a job of ``n_ranks``,
     newest first (one that lost a file is then refused with a word, not skipped:
-    :func:`fedsheaf.rundir.checkpoint.load_rank`); refuse one past the run's length (the
-    run would end before it started), or a finished run with none to continue from."""
+    :func:`fedsheaf.rundir.checkpoint.load_rank`); refuse one with all its files past the
+    run's length (the run would end before it started), or a finished run with none to
+    continue from."""
     length, unit, key = run_length(cfg)
     found = checkpoint.listed(path, n_ranks)
-    if (path / "summary.json").exists() and not any(
-        checkpoint.missing_file(c) is None for c in found
-    ):
+    whole = [c for c in found if checkpoint.missing_file(c) is None]
+    if not whole and (path / "summary.json").exists():
         why = f" ({checkpoint.missing_file(found[0])} is missing)" if found else ""
         raise CheckpointError(
             f"cannot extend the finished run {path}: it holds no complete "
             f"checkpoint to continue from{why}; start over with output.overwrite=true"
         )
-    if found and found[0].epoch > length:
+    if whole and whole[0].epoch > length:
         raise CheckpointError(
             f"cannot resume {path}: it is checkpointed after {unit} "
-            f"{found[0].epoch}, past the {length} {unit}s asked for; resume with "
-            f"{key} >= {found[0].epoch}"
+            f"{whole[0].epoch}, past the {length} {unit}s asked for; resume with "
+            f"{key} >= {whole[0].epoch}"
         )
     return found
 
@@ -233,6 +242,8 @@ class Verdict:
     run: str
     warnings: list[str]
     action: str
+    #: the largest rank's estimated memory (:mod:`fedsheaf.rundir.footprint`)
+    memory: footprint.Footprint | None = None
 
 
 def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
@@ -249,24 +260,42 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
         ds, part = experiment.load_and_partition(cfg)
         fingerprint_data(cfg, data_digest(ds), path)
         algorithm = agent_class(cfg)
+        steps = experiment.steps_per_epoch(cfg, part)
+        memory: footprint.Footprint | None = None
         for agent in range(graph.n):
             data = experiment.agent_data(ds, part, agent, cpu)
             if agent == 0:  # (what it checks, the pilots, is the same on every agent)
                 algorithm.check(cfg, data)
+            mine = footprint.agent_footprint(cfg, ds, part, graph, agent, data, steps)
+            memory = mine if memory is None or mine.total > memory.total else memory
+            footprint.refuse_unbuildable(mine, available_memory_bytes(), f"agents[{agent}]")
             experiment.agent_model(cfg, ds, agent, cpu)
-        steps = experiment.steps_per_epoch(cfg, part)
         warnings += experiment.data_warnings(cfg, part, graph)
         run = describe_graph_run(cfg, graph, ds, steps)
     else:
         fc = cfg.federated
         task = FEDERATED[cfg.algorithm](fc).make_task(cfg)
         task.check(n_ranks)
+        make_aggregator(fc)  # (the server builds it next: a name that does not resolve stops here)
         fingerprint_data(cfg, task.fingerprint(), path)
-        task.load_clients([0], cpu)
-        task.build_model()
+        client = task.load_clients([0], cpu)[0]
+        model = task.build_model()
+        memory = footprint.worker_footprint(
+            cfg, model, client, clients_held(cfg, n_ranks - 1), task.data_splits()
+        )
         run = describe_server_run(cfg, n_ranks - 1, task.describe())
     shown = [w for w in warnings if w is not None]
-    return Verdict(f"{run}, seed {cfg.seed}", shown, _action(cfg, n_ranks))
+    return Verdict(f"{run}, seed {cfg.seed}", shown, _action(cfg, n_ranks), memory)
+
+
+def clients_held(cfg: ExperimentConfig, workers: int) -> int:
+    """How many clients' data a worker holds: every client's under dynamic or balanced
+    placement with 1 < W < clients and fewer than all per round, else its home clients."""
+    clients = cfg.federated.clients
+    every = 1 < workers < clients and per_round(cfg) < clients
+    if every and cfg.federated.placement != "static":
+        return clients
+    return -(-clients // max(workers, 1))
 
 
 def check_creatable(path: Path, resuming: bool = False) -> None:
@@ -305,6 +334,7 @@ def check_run_path(cfg: ExperimentConfig, path: Path, hold: bool) -> str | None:
     if note is None:
         check_run_dir(cfg, path)
         check_creatable(path, resuming=cfg.checkpoint.resume)
+        tensorboard.require(cfg.output.tensorboard)  # before any data are loaded
     return note
 
 

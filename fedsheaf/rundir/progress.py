@@ -6,11 +6,13 @@ from typing import Any
 
 from fedsheaf.algorithms.metrics import network_summary
 from fedsheaf.rundir.files import RunDir
+from fedsheaf.rundir.tensorboard import Board
 from fedsheaf.util.units import decimals, human_bytes
 
 
 class Recorder:
-    """Gathers every rank's epoch record; rank 0 prints a line and appends metrics.jsonl.
+    """Gathers every rank's epoch record; rank 0 prints a line and appends metrics.jsonl
+    (and, with ``output.tensorboard``, writes it to its :attr:`board` too).
 
     Parameters
     ----------
@@ -26,6 +28,14 @@ class Recorder:
         self.world, self.run_dir, self.epochs = world, run_dir, epochs
         self.last: dict[str, Any] | None = None
         self.history: list[dict[str, Any]] = []
+        #: TensorBoard's copy of the records (rank 0, ``output.tensorboard=true``)
+        self.board: Board | None = None
+
+    def close(self) -> None:
+        """Close the TensorBoard writer, if there is one (its events are on disk)."""
+        if self.board is not None:
+            self.board.close()
+            self.board = None
 
     def restore(self, history: list[dict[str, Any]]) -> None:
         """Continue after a checkpoint whose metrics so far were ``history``."""
@@ -52,10 +62,12 @@ class Recorder:
         line["agents"] = records
         if self.run_dir is not None:
             self.run_dir.append_metrics(line)
+        if self.board is not None:
+            self.board.write(line)
         self.history.append(line)
         msg = (
             f"epoch {line['epoch']:>3}/{self.epochs}  loss {line['loss']:.4f}  "
-            f"{line['seconds']:.1f}s  sent {human_bytes(line['bytes_sent'], compact=True)}"
+            f"{line['seconds']:.1f}s  {sent(line)}"
         )
         if "server_bytes_sent" in line:
             up = human_bytes(line["server_bytes_sent"], compact=True)
@@ -65,6 +77,16 @@ class Recorder:
             self.last = line
             msg += "  " + accuracies(line)
         self.world.log(msg)
+
+
+def sent(line: dict[str, Any]) -> str:
+    """``sent 1.2 kB``: what the agents sent in an epoch; in an evaluated epoch also what
+    the evaluation sent apart (``sent 0.0 kB training + 53.29 MB evaluation``: test
+    latents along the edges, and for noncoop the pilot features its maps are fitted on)."""
+    text = f"sent {human_bytes(line['bytes_sent'], compact=True)}"
+    if "eval_bytes_sent" in line:
+        text += f" training + {human_bytes(line['eval_bytes_sent'], compact=True)} evaluation"
+    return text
 
 
 def accuracies(line: dict[str, Any]) -> str:

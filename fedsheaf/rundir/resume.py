@@ -81,9 +81,9 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ex
 
 
 #: What a resumed run may change: its length, evaluation cadence, checkpointing, where
-#: its files and data are, its device and step timeout, and the step size (a diverged run
-#: is resumed from its last checkpoint with a smaller ``train.lr``, ``agents[i].lr`` or
-#: ``train.clip``).
+#: its files, data and key files are, its device and step timeout, and the step size (a
+#: diverged run is resumed from its last checkpoint with a smaller ``train.lr``,
+#: ``agents[i].lr`` or ``train.clip``).
 #: Anything else would mix two experiments. ``[*]`` stands for any agent, a trailing
 #: ``.`` for a whole section.
 RESUMABLE_KEYS = (
@@ -95,6 +95,7 @@ RESUMABLE_KEYS = (
     "train.clip",
     "agents[*].lr",
     "sheaf.overlap_exchange",
+    "sheaf.mask_secret_dir",
     "federated.rounds",
     "federated.eval_every",
     "data.root",

@@ -14,7 +14,8 @@ import torch
 
 from fedsheaf.algorithms.base import AgentData
 from fedsheaf.config.sections import ExperimentConfig
-from fedsheaf.data.partition import Partition, label_shift_partition
+from fedsheaf.data.partition import Partition, label_shift_partition, pilot_then_pools
+from fedsheaf.data.partitions_registry import GRAPH_PARTITIONS, partition_kwargs, run_partition
 from fedsheaf.data.sources import Dataset, load_dataset
 from fedsheaf.graphs import Graph, load_graph, validate_for_world
 from fedsheaf.models.encoders import AgentModel, build_agent_model
@@ -72,17 +73,30 @@ def fetch_data(cfg: ExperimentConfig) -> None:
 
 
 def load_and_partition(cfg: ExperimentConfig) -> tuple[Dataset, Partition]:
-    """The global data set T and its label-shift partition (identical on every rank)."""
+    """The global data set T and its partition (identical on every rank): Eq. 23's label
+    shift, or pilots then ``data.partition``'s pools (:func:`pilot_then_pools`)."""
     dc = cfg.data
     ds = load_dataset(dc.dataset, dc.root, dc.split, dc.download, dc.limit)
-    part = label_shift_partition(
-        ds.y.numpy(),
-        [a.classes for a in cfg.agents],
-        dc.shift,
-        derive_seed(cfg.seed, "partition"),
-        dc.pilot_fraction,
-        n_classes=ds.n_classes,
-    )
+    seed = derive_seed(cfg.seed, "partition")
+    if dc.partition.strip() == "label_shift":
+        part = label_shift_partition(
+            ds.y.numpy(),
+            [a.classes for a in cfg.agents],
+            dc.shift,
+            seed,
+            dc.pilot_fraction,
+            n_classes=ds.n_classes,
+        )
+    else:  # pilots first (from every class), then the named partition of the rest
+        kwargs = partition_kwargs(dc.partition, dc.dirichlet_alpha, dc.partition_args, "data")
+        part = pilot_then_pools(
+            ds.y.numpy(),
+            len(cfg.agents),
+            seed,
+            lambda y, n, s: run_partition(GRAPH_PARTITIONS, dc.partition, y, n, s, kwargs),
+            dc.pilot_fraction,
+            n_classes=ds.n_classes,
+        )
     if part.pilots.size == 0:  # every method maps latents through the pilots
         raise ConfigError(
             f"the shared pilot set is empty: data.pilot_fraction={dc.pilot_fraction} of the "
@@ -134,9 +148,29 @@ def pilot_warning(cfg: ExperimentConfig, part: Partition) -> str | None:
     )
 
 
+def privacy_warning(cfg: ExperimentConfig) -> str | None:
+    """A warning when a strict-privacy run standardises its latents feature by feature: the
+    unit variances let a neighbour undo the masks up to the order and signs of the
+    features (docs/privacy.md)."""
+    sc = cfg.sheaf
+    if cfg.algorithm != "sheaf_frl" or sc.variant != "strict" or sc.whitening != "standardize":
+        return None
+    return (
+        "fedsheaf: warning: sheaf.variant=strict with sheaf.whitening=standardize: the unit "
+        "variance of every latent feature lets a neighbour undo the masks up to the order and "
+        "signs of the features (docs/privacy.md); sheaf.whitening=zca leaves no such handle"
+    )
+
+
 def data_warnings(cfg: ExperimentConfig, part: Partition, graph: Graph) -> list[str]:
-    """What a job of this config says before training about its data and graph."""
-    found = (batch_warning(cfg, part), pilot_warning(cfg, part), graph_class_warning(cfg, graph))
+    """What a job of this config says before training about its data and graph (and the
+    privacy its settings give up)."""
+    found = (
+        batch_warning(cfg, part),
+        pilot_warning(cfg, part),
+        graph_class_warning(cfg, graph),
+        privacy_warning(cfg),
+    )
     return [w for w in found if w is not None]
 
 

@@ -69,6 +69,8 @@ _write_failure: Callable[[Path, int, str, float], bool] | None = None
 _ENDING_FILES: tuple[str, ...] = ()
 #: The other ranks of the job on this node (and PID namespace): world rank -> pid.
 _PEERS: dict[int, int] = {}
+#: This process's rank in the job, once :func:`init_world` has run.
+_RANK: int | None = None
 #: What a rank is, where it is more than a rank (``{0: "the server"}``): :func:`note_role`.
 _ROLES: dict[int, str] = {}
 
@@ -218,7 +220,9 @@ def _say_ending(signum: int) -> None:
         if _SAID:
             return
         _SAID = True
-    rank = MPI.COMM_WORLD.Get_rank()
+    # the rank known at start-up: no MPI call here, which from the signal watch thread,
+    # while the main thread waits inside MPI, could block and leave the rank silent
+    rank = _RANK if _RANK is not None else MPI.COMM_WORLD.Get_rank()
     name = signal.Signals(signum).name
     if _LEAVING or _ended_already():
         return
@@ -381,7 +385,13 @@ def watch_steps(timeout: float | None) -> None:
 
 
 class UserErrorExit(SystemExit):
-    """Raised on every rank after a collectively detected user error."""
+    """Raised on every rank after a collectively detected user error; ``message`` is the
+    error's words as rank 0 said them (the same on every rank), for callers that raise
+    them again (:func:`fedsheaf.run`)."""
+
+    def __init__(self, code: int, message: str = "") -> None:
+        super().__init__(code)
+        self.message = message
 
 
 @dataclass
@@ -457,18 +467,20 @@ class World:
         with heartbeat.waiting():
             errors = self.comm.allgather(error)
         if any(e is not None for e in errors):
-            if self.is_root:
-                by_msg: dict[str, list[int]] = {}
-                for r, e in enumerate(errors):
-                    if e is not None:
-                        by_msg.setdefault(e, []).append(r)
-                for msg, ranks in by_msg.items():
-                    shown = [r + self.first_rank for r in ranks]
-                    everywhere = root_only or len(ranks) == self.size
-                    where = "" if everywhere else f" (rank {_ranks(shown)})"
+            by_msg: dict[str, list[int]] = {}
+            for r, e in enumerate(errors):
+                if e is not None:
+                    by_msg.setdefault(e, []).append(r)
+            said = []
+            for msg, ranks in by_msg.items():
+                shown = [r + self.first_rank for r in ranks]
+                everywhere = root_only or len(ranks) == self.size
+                where = "" if everywhere else f" (rank {_ranks(shown)})"
+                said.append(f"{msg}{where}")
+                if self.is_root:
                     logger.error(f"fedsheaf: error{where}: {msg}")
             leaving()
-            raise UserErrorExit(USER_ERROR_EXIT)
+            raise UserErrorExit(USER_ERROR_EXIT, "; ".join(said))
         return result
 
 
@@ -510,7 +522,9 @@ def init_world(device: str = "auto") -> World:
     """Initialise this rank: abort hook, signal ends, node-local rank, threads, device."""
     install_abort_hook()
     install_signal_ends()
+    global _RANK
     comm = MPI.COMM_WORLD
+    _RANK = comm.Get_rank()
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     local_rank, local_size = local.Get_rank(), local.Get_size()
     masks = local.allgather(set(usable_cpu_ids()))

@@ -55,6 +55,25 @@ def physical_cores(cpus: list[int] | None = None, sysfs: Path = SYSFS_CPUS) -> i
     return max(1, len(cores))
 
 
+MEMINFO = Path("/proc/meminfo")
+
+
+def available_memory_bytes(meminfo: Path = MEMINFO) -> int | None:
+    """The memory this machine can give new processes now, in bytes: Linux's
+    ``MemAvailable`` (free memory plus what the page cache can give back), else
+    ``os.sysconf``'s free pages; None where neither says."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
 def launcher_words(template: str) -> list[str]:
     """The shell words of a launcher template (``'srun -n {n}'``); ValueError unless it
     splits into words and one of them holds ``{n}``, the rank count."""

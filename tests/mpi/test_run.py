@@ -183,3 +183,18 @@ def test_an_absurd_batch_is_capped_at_the_data_and_the_run_completes(mpirun, tmp
     assert "exceeds the training samples of 2 agents (agent 0: " in said[0]
     assert proc.stderr.count("sheaf.pilot_batch=100000000 exceeds the") == 1
     assert (tmp_path / "runs" / "pair-sheaf_frl-seed0" / "summary.json").is_file()
+
+
+def test_the_memory_estimate_is_within_a_factor_2_of_the_measured_peak(mpirun, tmp_path):
+    """``fedsheaf check``'s estimate of a rank's peak memory against the peaks the ranks
+    of the same run record (``summary.json``'s ``memory``)."""
+    from fedsheaf.config.sections import load_config
+    from fedsheaf.rundir.preflight import check_job
+
+    proc = _run(mpirun, 4, "configs/quickstart.yaml", tmp_path, "output.name=q")
+    assert proc.returncode == 0, proc.stderr
+    measured = json.loads((tmp_path / "q" / "summary.json").read_text())["memory"]
+    config = load_config("configs/quickstart.yaml", [f"output.dir={tmp_path}", "output.name=e"])
+    estimate = check_job(config, 4).memory
+    assert estimate is not None
+    assert measured["peak_rss_bytes_max"] / 2 < estimate.total < 2 * measured["peak_rss_bytes_max"]

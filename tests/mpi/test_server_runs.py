@@ -20,6 +20,7 @@ import yaml
 from fedsheaf.algorithms.federated import FEDERATED
 from fedsheaf.algorithms.federated.protocol import place_clients
 from fedsheaf.config.sections import load_config
+from fedsheaf.rundir import checkpoint
 from fedsheaf.rundir.files import read_metrics
 
 pytestmark = pytest.mark.mpi
@@ -241,6 +242,12 @@ def test_local_trains_every_client_every_round_and_shares_nothing(mpirun, tmp_pa
     state = torch.load(server_file, weights_only=True)
     state["history"][0]["selected"] = [0, 4, 7]
     torch.save(state, server_file)
+    # re-recorded as the run's own (a digest that no longer matched would be a damaged
+    # file: tests/mpi/test_checkpoint_digests.py), so the resume checks the history
+    manifest_path = server_file.parent.parent / checkpoint.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"]["2"]["rank-0.pt"] = checkpoint.file_digest(server_file)
+    manifest_path.write_text(json.dumps(manifest))
     proc = _run(mpirun, 3, "--resume", str(tmp_path / "runs" / "local"), "federated.rounds=3")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "round 1 of this run trained 3 clients, but local trains 10 per round" in proc.stderr

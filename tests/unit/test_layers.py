@@ -23,8 +23,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("operations tooling", {"ops"}),
     ("commands", {"cli", "__main__"}),
 ]
-#: The package's face: the version, and (later) the public API over the layers.
-FACE = {"__init__"}
+#: The package's face: the version, and the public API over the layers (fedsheaf.api).
+FACE = {"__init__", "api"}
 
 
 def _module_name(path: Path) -> str:

@@ -165,7 +165,10 @@ def test_check_says_its_verdict_on_stdout_and_warnings_on_stderr(tmp_path):
     for argv in (["check", *base], ["-q", "check", *base], ["check", base[0], "-q", *base[1:]]):
         proc = fedsheaf(*argv)
         assert proc.returncode == 0, proc.stderr
-        ok, action = proc.stdout.splitlines()  # the verdict, nothing else
+        lines = proc.stdout.splitlines()  # the verdict, nothing else
+        assert all(ln.startswith("fedsheaf check: ") for ln in lines), argv
+        ok, action = lines[0], lines[-1]
+        assert any(ln.startswith("fedsheaf check: the job will ask for: 4 tasks") for ln in lines)
         assert ok.startswith("fedsheaf check: ok for 4 ranks: sheaf_frl 'quickstart'"), argv
         assert action == f"fedsheaf check: would write a new run in {tmp_path}/" + (
             "quickstart-sheaf_frl-seed0"

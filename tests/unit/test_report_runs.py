@@ -333,7 +333,8 @@ def test_the_centralized_baselines_count_their_server_line(tmp_path):
     cfg = {"algorithm": "fedproto", "train": {"epochs": 3}}
     assert step_bytes(RunInfo(tmp_path, cfg, [rec], None), rec) == 8000  # evaluation apart
     line = format_record(rec, cfg)
-    assert line is not None and "sent 1.0 kB  server up 3.0 kB down 4.0 kB" in line
+    assert line is not None
+    assert "sent 1.0 kB training + 0.2 kB evaluation  server up 3.0 kB down 4.0 kB" in line
     plain = {k: rec[k] for k in ("epoch", "loss", "bytes_sent")}
     assert step_bytes(RunInfo(tmp_path, {"algorithm": "sheaf_frl"}, [plain], None), plain) == 1000
 

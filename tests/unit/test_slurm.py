@@ -139,6 +139,7 @@ def test_sweep_array_runs_the_line_of_its_task(fake_srun, tmp_path):
             "seed=7",
             SLURM_ARRAY_TASK_ID=str(task),
             SLURM_CPUS_PER_TASK="3",
+            SLURM_NTASKS="15",  # the -n of the line (sbatch --ntasks=15)
         )
         assert proc.returncode == 0, proc.stderr
         assert argv[:3] == ["--mpi=pmix", "--kill-on-bad-exit=1", "--cpus-per-task=3"]
@@ -156,7 +157,9 @@ def test_sweep_array_runs_the_line_of_its_task(fake_srun, tmp_path):
     assert "FEDSHEAF_THREADS=3" in fake_srun.log.with_name("srun.log.env").read_text()
     _, argv = fake_srun("sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="4")
     assert argv == [*SRUN_OPTS, "fedsheaf", "run", "configs/pair.yaml", "output.name=run4"]
-    _, argv = fake_srun("sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="5", SRUN_MPI="pmi2")
+    _, argv = fake_srun(
+        "sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="5", SRUN_MPI="pmi2", SLURM_NTASKS="2"
+    )
     assert argv == [
         "--mpi=pmi2",
         *SRUN_OPTS[1:],
@@ -420,7 +423,9 @@ def test_a_stopped_run_that_would_not_resume_is_not_requeued(fake_srun, tmp_path
 def test_sweep_array_drops_a_launcher_given_by_its_path(fake_srun, tmp_path):
     line = ["/opt/openmpi/bin/mpiexec", "-n", "2", "python", "-m", "fedsheaf", "run", "c.yaml"]
     runs = _run_list(tmp_path, [shlex.join(line)])
-    proc, argv = fake_srun("sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="1")
+    proc, argv = fake_srun(
+        "sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="1", SLURM_NTASKS="2"
+    )
     assert proc.returncode == 0, proc.stderr
     assert argv == [*SRUN_OPTS, *line[1:]]  # srun starts the ranks, not one mpiexec each
 
@@ -443,3 +448,47 @@ def test_sweep_array_lines_that_resume_by_run_directory_are_requeued(
     assert _scontrol(fake_srun) == (["requeue 77"] if requeued else [])
     if not requeued:
         assert "add checkpoint.resume=true to the line" in proc.stderr
+
+
+def test_sweep_array_takes_its_task_count_from_the_submission(fake_srun, tmp_path):
+    """One array per task count: a line runs only in a job of as many tasks as its -n."""
+    text = (SLURM / "sweep_array.sbatch").read_text()
+    assert "\n#SBATCH --ntasks" not in text  # sbatch --ntasks=T gives it
+    assert "\n#SBATCH --mem-per-cpu=" in text and "measured" in text
+    lines = [
+        "mpiexec -n 15 fedsheaf run configs/mnist15.yaml checkpoint.resume=true",
+        "srun --ntasks=2 python -m fedsheaf run configs/pair.yaml",
+        "mpirun -np 3 python -m fedsheaf run configs/pair.yaml algorithm=fedproto",
+    ]
+    runs = _run_list(tmp_path, lines)
+    for task, wrong, right in (("1", "2", "15"), ("2", "15", "2"), ("3", "2", "3")):
+        proc, argv = fake_srun(
+            "sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID=task, SLURM_NTASKS=wrong
+        )
+        assert proc.returncode == 2 and argv == [], proc.stderr
+        assert proc.stderr.count("\n") == 1, proc.stderr
+        assert f"line {task} of {runs} runs {right} ranks but the job has {wrong} tasks" in (
+            proc.stderr
+        )
+        assert f"submit it with sbatch --ntasks={right}" in proc.stderr
+        proc, argv = fake_srun(
+            "sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID=task, SLURM_NTASKS=right
+        )
+        assert proc.returncode == 0 and argv[: len(SRUN_OPTS)] == SRUN_OPTS, proc.stderr
+    proc, argv = fake_srun("sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="1")
+    assert proc.returncode == 2 and argv == []
+    assert "runs 15 ranks but the job was submitted without --ntasks" in proc.stderr
+    # a line without a launcher runs on the job's tasks (the run checks their count)
+    runs = _run_list(tmp_path, ["fedsheaf run configs/pair.yaml"])
+    proc, argv = fake_srun("sweep_array.sbatch", str(runs), SLURM_ARRAY_TASK_ID="1")
+    assert proc.returncode == 0 and argv == [*SRUN_OPTS, "fedsheaf", "run", "configs/pair.yaml"]
+
+
+@pytest.mark.parametrize(
+    "script", ["study15.sbatch", "sweep_array.sbatch", "fedrep_100clients.sbatch"]
+)
+def test_scripts_say_where_their_memory_request_comes_from(script):
+    text = (SLURM / script).read_text()
+    mem = next(ln for ln in text.splitlines() if ln.startswith("#SBATCH --mem-per-cpu="))
+    assert mem.endswith("G")
+    assert "results/bench/README.md" in text and "per rank" in text

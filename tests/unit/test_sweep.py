@@ -138,7 +138,9 @@ def test_emit_and_manifest(tmp_path):
     study = expand(_study(tmp_path, seeds=[0]))
     manifest = json.loads(write_manifest(study).read_text())
     assert manifest["axis"] == "s" and len(manifest["runs"]) == len(study.runs) == 12
-    lines = emit(study, tmp_path / "cmds.txt", "srun -n {n}").read_text().splitlines()
+    (group,) = emit(study, tmp_path / "cmds.txt", "srun -n {n}")  # every run: 15 tasks
+    assert (group.path, group.tasks, group.gpus) == (tmp_path / "cmds.txt", 15, 0)
+    lines = group.path.read_text().splitlines()
     assert len(lines) == 12
     first = shlex.split(lines[0])
     assert first[:5] == ["srun", "-n", "15", "fedsheaf", "run"]
@@ -261,11 +263,13 @@ def test_emit_replaces_only_a_command_list(tmp_path, capsys):
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes\n")
     cmds = tmp_path / "cmds.txt"
+    (tmp_path / "commands.txt").mkdir()  # a folder: its commands.txt
     for target in (study_file, notes, tmp_path):  # the study itself, any other file, a folder
         before = target.read_bytes() if target.is_file() else None
         assert cli.main(["sweep", str(study_file), "--emit", str(target)]) == 2
         err = capsys.readouterr().err
-        assert f"fedsheaf: error: --emit {target}: " in err
+        named = target / "commands.txt" if target.is_dir() else target
+        assert f"fedsheaf: error: --emit {named}: " in err
         assert before is None or target.read_bytes() == before
     assert not (tmp_path / "out" / "study.json").exists()  # refused before anything is written
     assert cli.main(["sweep", str(study_file), "--emit", str(notes / "cmds.txt")]) == 2
@@ -611,3 +615,115 @@ def test_a_run_launched_again_keeps_the_earlier_launchs_log(tmp_path):
     assert (tmp_path / "r1.log").read_text().splitlines()[1] == "fedsheaf: error: second"
     previous = (tmp_path / "r1.previous.log").read_text().splitlines()
     assert previous[1] == "fedsheaf: error: first"
+
+
+def _pair_study(tmp_path: Path, **extra) -> Path:
+    """A study of pair runs: Sheaf-FRL on 2 ranks, FedProto on 3 (a server rank more)."""
+    raw = {
+        "config": str(REPO / "configs/pair.yaml"),
+        "set": {"train.epochs": 1},
+        "seeds": [0, 1],
+        "axis": {"name": "s", "key": "data.shift", "values": [0.2]},
+        "methods": [
+            {"name": "sf", "set": {"algorithm": "sheaf_frl"}},
+            {"name": "fp", "set": {"algorithm": "fedproto"}},
+        ],
+        **extra,
+    }
+    return _study(tmp_path, **raw)
+
+
+def _sbatch_lines(out: str) -> list[list[str]]:
+    return [shlex.split(ln) for ln in out.splitlines() if ln.startswith("sbatch ")]
+
+
+def test_emit_writes_one_list_per_task_count_with_its_sbatch_line(tmp_path, capsys):
+    study = str(_pair_study(tmp_path))
+    target = tmp_path / "lists" / "commands.txt"
+    target.parent.mkdir()
+    assert cli.main(["sweep", study, "--emit", str(target), "--throttle", "4"]) == 0
+    out = capsys.readouterr().out
+    two, three = (tmp_path / "lists" / f"commands-{n}tasks.txt" for n in (2, 3))
+    assert not target.exists()
+    for path, n, method in ((two, 2, "sf"), (three, 3, "fp")):
+        lines = [shlex.split(ln) for ln in path.read_text().splitlines()]
+        assert len(lines) == 2 and all(ln[:3] == ["mpiexec", "-n", str(n)] for ln in lines)
+        assert [next(w for w in ln if w.startswith("output.name=")) for ln in lines] == [
+            f"output.name={method}-s0.2-seed{seed}" for seed in (0, 1)
+        ]
+    assert _sbatch_lines(out) == [
+        ["sbatch", "--array=1-2%4", f"--ntasks={n}", "slurm/sweep_array.sbatch", str(path)]
+        for n, path in ((2, two), (3, three))
+    ]
+    assert "wrote 4 commands in 2 lists" in out
+    # without a throttle the array is 1-K; a directory gets commands*.txt inside it
+    assert cli.main(["sweep", study, "--emit", f"{tmp_path / 'lists'}/"]) == 0
+    assert [ln[1] for ln in _sbatch_lines(capsys.readouterr().out)] == ["--array=1-2"] * 2
+    assert two.is_file() and three.is_file()
+
+
+def test_emit_for_one_task_count_keeps_the_one_file_and_prints_its_line(tmp_path, capsys):
+    study = str(_study(tmp_path, seeds=[0]))
+    target = tmp_path / "cmds.txt"
+    assert cli.main(["sweep", study, "--emit", str(target), "--throttle", "8"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"wrote 12 commands to {target} ")
+    assert len(target.read_text().splitlines()) == 12
+    assert _sbatch_lines(out) == [
+        ["sbatch", "--array=1-12%8", "--ntasks=15", "slurm/sweep_array.sbatch", str(target)]
+    ]
+    assert cli.main(["sweep", study, "--emit", str(tmp_path)]) == 0  # a directory
+    assert len((tmp_path / "commands.txt").read_text().splitlines()) == 12
+
+
+def test_emit_asks_gpus_for_the_runs_that_train_on_them(tmp_path, capsys):
+    cpu_and_auto = [
+        {"name": "sf", "set": {"algorithm": "sheaf_frl", "train.device": "cpu"}},
+        {"name": "nc", "set": {"algorithm": "noncoop"}},  # train.device: auto
+    ]
+    study = str(_pair_study(tmp_path, seeds=[0], methods=cpu_and_auto))
+    assert cli.main(["sweep", study, "--emit", "--gpus-per-task", "2"]) == 0
+    out = tmp_path / "out"
+    assert [ln[1:5] for ln in _sbatch_lines(capsys.readouterr().out)] == [
+        ["--array=1-1", "--ntasks=2", "slurm/sweep_array.sbatch", str(out / "commands-2tasks.txt")],
+        [
+            "--array=1-1",
+            "--ntasks=2",
+            "--gpus-per-task=2",
+            "slurm/sweep_array.sbatch",
+        ],
+    ]
+    assert "output.name=nc-" in (out / "commands-2tasks-2gpu.txt").read_text()
+    assert "output.name=sf-" in (out / "commands-2tasks.txt").read_text()
+    # train.device=cuda asks one GPU a task by itself; auto asks none without the option
+    cuda = [{"name": "sf", "set": {"algorithm": "sheaf_frl", "train.device": "cuda"}}]
+    study = str(_pair_study(tmp_path, seeds=[0], methods=[*cuda, cpu_and_auto[1]]))
+    assert cli.main(["sweep", study, "--emit"]) == 0
+    assert [ln[1:4] for ln in _sbatch_lines(capsys.readouterr().out)] == [
+        ["--array=1-1", "--ntasks=2", "slurm/sweep_array.sbatch"],
+        ["--array=1-1", "--ntasks=2", "--gpus-per-task=1"],
+    ]
+
+
+def test_emit_options_apply_only_to_emit_and_take_positive_counts(tmp_path, capsys):
+    study = str(_study(tmp_path, seeds=[0]))
+    for option in ("--throttle", "--gpus-per-task"):
+        _refused(capsys, [study, option, "2"], f"option {option} applies only to --emit")
+        with pytest.raises(SystemExit) as exc:  # argparse's refusal, as for --launcher
+            cli.main(["sweep", study, "--emit", option, "0"])
+        assert exc.value.code == 2
+        assert f"argument {option}: '0' is not a whole number, 1 or more" in (
+            capsys.readouterr().err
+        )
+    assert not (tmp_path / "out").exists()
+
+
+def test_emit_names_lists_left_from_an_earlier_emit(tmp_path, capsys):
+    study = str(_pair_study(tmp_path, seeds=[0]))
+    (tmp_path / "out").mkdir()
+    old = tmp_path / "out" / "commands.txt"
+    old.write_text("mpiexec -n 2 fedsheaf run c.yaml checkpoint.resume=true\n")
+    assert cli.main(["sweep", study, "--emit"]) == 0
+    err = capsys.readouterr().err
+    assert f"{old} is from an earlier --emit and is not one of this sweep's lists" in err
+    assert old.is_file()  # named, not removed

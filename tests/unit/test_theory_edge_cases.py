@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from fedsheaf.cli import main as cli
+from fedsheaf.theory import psd
 from fedsheaf.theory._threads import single_blas_thread
 from fedsheaf.theory.bures import barycenter, selected_head
-from fedsheaf.theory import psd
 from fedsheaf.theory.psd import rotated_diag
 from fedsheaf.theory.ufm import UFMInstance
 from fedsheaf.util.errors import ConfigError

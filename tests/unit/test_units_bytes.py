@@ -68,6 +68,20 @@ def test_progress_line_keeps_the_compact_form() -> None:
     ]
 
 
+def test_an_evaluated_epoch_says_what_its_evaluation_sent_apart() -> None:
+    """noncoop sends nothing in training, but each evaluation moves its test latents and
+    the pilot features its maps are fitted on (53 MB on the 15-agent graph)."""
+    world = _World()
+    rec = Recorder(world, None, epochs=4)
+    agent = {"agent": 0, "dim": 8, "degree": 2, "private_acc": 0.5, "comm_acc": 0.3}
+    agent.update(comm_acc_deg=0.3, private_acc_val=0.5, comm_acc_val=0.3, comm_acc_deg_val=0.3)
+    agent.update(epoch=4, loss=1.5, seconds=19.6, bytes_sent=0, eval_bytes_sent=53_288_260)
+    rec.epoch(agent)
+    assert world.lines[0].startswith(
+        "epoch   4/4  loss 1.5000  19.6s  sent 0.0 kB training + 53.29 MB evaluation  private "
+    ), world.lines
+
+
 def test_report_and_watch_still_import_without_torch() -> None:
     code = (
         "import sys, fedsheaf.ops.report_runs, fedsheaf.ops.watch; "

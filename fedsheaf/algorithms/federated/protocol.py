@@ -144,6 +144,11 @@ def average(updates: np.ndarray, weights: np.ndarray | None = None) -> np.ndarra
     Sums in float64 in row order and returns float32; the caller fixes the row
     order (client id), so the result does not depend on how clients map to ranks.
     """
+    return mean64(updates, weights).astype(np.float32)
+
+
+def mean64(updates: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """:func:`average` before its cast to float32: the float64 mean, summed in row order."""
     u = np.asarray(updates, dtype=np.float64)
     if u.ndim != 2 or u.shape[0] == 0:
         raise ValueError(f"average needs a non-empty k x P array, got shape {u.shape}")
@@ -157,4 +162,4 @@ def average(updates: np.ndarray, weights: np.ndarray | None = None) -> np.ndarra
     out = np.zeros(u.shape[1], dtype=np.float64)
     for wk, row in zip(w, u, strict=True):
         out += wk * row
-    return out.astype(np.float32)
+    return out

@@ -13,7 +13,8 @@ import torch
 
 from fedsheaf.config.ranks import check_ranks
 from fedsheaf.config.sections import ExperimentConfig
-from fedsheaf.data.partition import fedrep_shards
+from fedsheaf.data.partition import client_shards, fedrep_shards
+from fedsheaf.data.partitions_registry import SERVER_PARTITIONS, partition_kwargs, run_partition
 from fedsheaf.data.sources import Dataset, clear_cache, dataset_shape, load_dataset
 from fedsheaf.models.fedrep_cnn import FedRepCNN, build_fedrep_cnn
 from fedsheaf.util.errors import ConfigError
@@ -44,6 +45,10 @@ def check_setup(cfg: ExperimentConfig, n_ranks: int) -> None:
             "data.dataset=digits has no test split and 8x8 images (the FedRep CNN needs "
             "at least 16x16); use mnist, fashionmnist or cifar10"
         )
+    if fc.partition.strip() != "shards":
+        SERVER_PARTITIONS.resolve(fc.partition)  # a name that does not resolve: one line now
+        partition_kwargs(fc.partition, fc.dirichlet_alpha, fc.partition_args, "federated")
+        return
     n_classes = dataset_shape(cfg.data.dataset)[3]
     if fc.classes_per_client > n_classes:
         raise ConfigError(
@@ -68,24 +73,49 @@ def data_splits(cfg: ExperimentConfig) -> tuple[Dataset, Dataset]:
 def load_clients(
     cfg: ExperimentConfig, clients: Sequence[int], device: torch.device
 ) -> dict[int, ClientData]:
-    """The data of ``clients`` (FedRep shards of the train and test splits) on ``device``.
+    """The data of ``clients`` (FedRep shards of the train and test splits, or
+    ``federated.partition``'s pools with matching test sets) on ``device``.
 
     ``data.limit`` keeps the first N samples of each split. Every rank runs the
     same partition, so errors (missing files, too few samples) appear everywhere.
     """
     fc = cfg.federated
     train, test = data_splits(cfg)
-    shards = fedrep_shards(
-        train.y.numpy(),
-        test.y.numpy(),
-        fc.clients,
-        fc.classes_per_client,
-        derive_seed(cfg.seed, "partition"),
-        train_per_client=fc.train_per_client,
-        test_per_client=fc.test_per_client,
-        n_classes=train.n_classes,
-        distinct=fc.distinct_classes,
-    )
+    seed = derive_seed(cfg.seed, "partition")
+    if fc.partition.strip() == "shards":
+        shards = fedrep_shards(
+            train.y.numpy(),
+            test.y.numpy(),
+            fc.clients,
+            fc.classes_per_client,
+            seed,
+            train_per_client=fc.train_per_client,
+            test_per_client=fc.test_per_client,
+            n_classes=train.n_classes,
+            distinct=fc.distinct_classes,
+        )
+    else:  # the named partition of the training split; test sets follow each client's labels
+        kwargs = partition_kwargs(fc.partition, fc.dirichlet_alpha, fc.partition_args, "federated")
+        pools = run_partition(
+            SERVER_PARTITIONS, fc.partition, train.y.numpy(), fc.clients, seed, kwargs
+        )
+        shards = client_shards(
+            train.y.numpy(),
+            test.y.numpy(),
+            pools,
+            seed,
+            train_per_client=fc.train_per_client,
+            test_per_client=fc.test_per_client,
+            n_classes=train.n_classes,
+        )
+        empty = [c for c, s in enumerate(shards) if not (len(s.train) and len(s.test))]
+        if empty:
+            raise ConfigError(
+                f"config key 'federated.partition': {fc.partition!r} leaves "
+                f"{len(empty)} client(s) without training or test samples (first: client "
+                f"{empty[0]}); use more data (raise or remove data.limit), fewer clients or "
+                "another partition"
+            )
     out = {}
     for c in clients:
         s = shards[c]

@@ -97,6 +97,10 @@ class Task:
     def describe(self) -> str:
         """The data part of the run's first log line."""
         fc = self.cfg.federated
+        if fc.partition.strip() == "dirichlet":
+            return f"{self.cfg.data.dataset}, Dirichlet(α={fc.dirichlet_alpha:g}) partition"
+        if fc.partition.strip() != "shards":
+            return f"{self.cfg.data.dataset}, partition {fc.partition}"
         shards = count(fc.classes_per_client, "single-class shard")
         return f"{self.cfg.data.dataset}, {shards} per client" + (
             " (distinct classes)" if fc.distinct_classes else ""

@@ -11,6 +11,9 @@ states current with :meth:`ClientRunner.private_rows` /
 phase by phase -- each phase unfreezes one part of the model and builds a fresh
 optimiser over just that part (see :mod:`.base` for what that means for
 momentum and weight decay) -- then returns the shared part as a flat vector.
+With ``federated.prox_mu`` = μ > 0 (FedProx) each step's loss also carries
+:func:`proximal_penalty` over the shared parameters the phase trains, anchored at
+the broadcast vector.
 
 A head-only phase without augmentation trains the head on the body's features
 computed once (the body is frozen and the model has no dropout or BatchNorm,
@@ -98,6 +101,10 @@ class ClientRunner:
         initial = self._snapshot(self.private)  # shared by all clients until they train
         self.state: dict[int, dict[str, torch.Tensor]] = {c: initial for c in self.clients}
         self.home: list[int] = sorted(self.clients)
+        #: FedProx's μ (``federated.prox_mu``): a local update adds (μ/2)‖w − w_global‖²
+        #: over the shared parameters a phase trains (0: none).
+        self.prox_mu = 0.0
+        self._anchor: dict[str, torch.Tensor] = {}  # the broadcast shared parameters
 
     # ---- client state ---------------------------------------------------------
     def _snapshot(self, names: list[str]) -> dict[str, torch.Tensor]:
@@ -180,7 +187,12 @@ class ClientRunner:
     ) -> tuple[np.ndarray, float]:
         """Run the local schedule; return the new shared vector and the mean loss."""
         self.install(client, shared)
-        loss = self.train_locally(client, round_)
+        if self.prox_mu > 0:
+            self._anchor = self._snapshot(self.shared.names)
+        try:
+            loss = self.train_locally(client, round_)
+        finally:
+            self._anchor = {}
         self.state[client] = self._snapshot(self.private)
         return self.shared.flatten(self.model), loss
 
@@ -219,6 +231,11 @@ class ClientRunner:
             if name in trainable:
                 params.append(p)
         optimizer = build_optimizer(tc, params)  # fresh: no momentum from earlier phases
+        prox = [
+            (p, self._anchor[name])
+            for name, p in self.model.named_parameters()
+            if name in trainable and name in self._anchor
+        ]
         cached = self.caches_head_features and phase.part == "head" and not self.augment
         if cached:
             forward: Any = self.model.get_submodule(self.model.HEAD)
@@ -244,7 +261,10 @@ class ClientRunner:
                         f"({phase.part} phase, epoch {epoch + 1}); try a smaller train.lr"
                     )
                 optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                if prox:  # (the recorded loss stays the task's own)
+                    (loss + proximal_penalty(prox, self.prox_mu)).backward()
+                else:
+                    loss.backward()
                 if tc.clip is not None:
                     torch.nn.utils.clip_grad_norm_(params, tc.clip)
                 optimizer.step()
@@ -284,3 +304,10 @@ class ClientRunner:
             correct += int((logits.argmax(dim=1) == y).sum())
             loss += float(F.cross_entropy(logits, y, reduction="sum"))
         return correct, len(data.y_test), loss
+
+
+def proximal_penalty(pairs: Sequence[tuple[torch.Tensor, torch.Tensor]], mu: float) -> torch.Tensor:
+    """FedProx's proximal term (Li et al., 2020): ``(μ/2) Σ ‖w − w_global‖²`` over the
+    ``(parameter, broadcast value)`` pairs; its gradient is ``μ (w − w_global)``."""
+    terms = [((p - ref) ** 2).sum() for p, ref in pairs]
+    return 0.5 * mu * torch.stack(terms).sum() if terms else torch.zeros(())

@@ -56,9 +56,11 @@ class TimedRounds(Rounds):
         super().__init__(*args, **kwargs)
         self.average_seconds: list[float] = []
 
-    def _aggregate(self, vecs: np.ndarray, info: np.ndarray) -> np.ndarray:
+    def _aggregate(
+        self, w: np.ndarray, vecs: np.ndarray, info: np.ndarray, round_: int
+    ) -> np.ndarray:
         start = time.perf_counter()
-        out = super()._aggregate(vecs, info)
+        out = super()._aggregate(w, vecs, info, round_)
         self.average_seconds.append(time.perf_counter() - start)
         return out
 
