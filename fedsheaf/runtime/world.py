@@ -233,7 +233,10 @@ def _say_ending(signum: int) -> None:
         who, error = [rank], f"terminated by {name} ({_CAUSES})"
     else:
         if gone:
-            who, error = gone, _vanished_error(gone, rank, name)
+            # the first to vanish is not known; the others may have ended since on the
+            # launcher's signal: name one, a rank with a role (the server) first
+            first = sorted(gone, key=lambda r: (r not in _ROLES, r))[0]
+            who, error = [first], _vanished_error([first], rank, name)
         else:
             who, error = [rank], f"terminated by {name} ({_CAUSES})"
         error += f"; to continue the run: fedsheaf run --resume {_RUN_DIR}"
