@@ -39,8 +39,7 @@ from fedsheaf.config.sections import ExperimentConfig, TrainConfig
 from fedsheaf.data.partition import Partition
 from fedsheaf.data.sources import Dataset
 from fedsheaf.graphs import Graph
-from fedsheaf.models.encoders import build_agent_model
-from fedsheaf.runtime.experiment import PILOT_BATCH_READERS
+from fedsheaf.runtime.experiment import PILOT_BATCH_READERS, agent_network
 from fedsheaf.sheaf.maps import window_batches
 from fedsheaf.util.errors import ConfigError
 from fedsheaf.util.units import human_bytes
@@ -158,17 +157,8 @@ def agent_footprint(
     """The footprint of the rank of ``agent`` in a decentralized or hub run (``data``: its
     tensors, as :func:`fedsheaf.runtime.experiment.agent_data` gives them; ``steps``: per
     epoch)."""
-    spec = cfg.agents[agent]
     with torch.device("meta"):
-        model = build_agent_model(
-            ds.shape[1],
-            spec.encoder,
-            spec.head,
-            spec.dropout,
-            ds.n_classes,
-            cfg.sheaf.whitening,
-            seed=0,
-        )
+        model = agent_network(cfg, ds, agent, seed=0)
     model.set_dropout_generator(torch.Generator())
     sample = tuple(ds.shape[1:])
     n_train, n_pilots = len(part.agents[agent].train), len(part.pilots)

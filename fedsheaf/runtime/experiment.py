@@ -202,18 +202,24 @@ def agent_data(ds: Dataset, part: Partition, agent: int, device: torch.device) -
     return AgentData(xtr, ytr, xva, yva, xte, yte, x_pilot, ds.n_classes, y_pilot)
 
 
-def agent_model(cfg: ExperimentConfig, ds: Dataset, agent: int, device: torch.device) -> AgentModel:
-    """The agent's model, initialised from (seed, agent id), dropout on its own generator."""
+def agent_network(cfg: ExperimentConfig, ds: Dataset, agent: int, seed: int) -> AgentModel:
+    """Agent ``agent``'s encoder and head as its config entry describes them, initialised
+    from ``seed`` (on the default device: the memory estimate builds it on ``meta``)."""
     spec = cfg.agents[agent]
-    model = build_agent_model(
+    return build_agent_model(
         ds.shape[1],
         spec.encoder,
         spec.head,
         spec.dropout,
         ds.n_classes,
         cfg.sheaf.whitening,
-        seed=derive_seed(cfg.seed, "model", agent),
-    ).to(device)
+        seed=seed,
+    )
+
+
+def agent_model(cfg: ExperimentConfig, ds: Dataset, agent: int, device: torch.device) -> AgentModel:
+    """The agent's model, initialised from (seed, agent id), dropout on its own generator."""
+    model = agent_network(cfg, ds, agent, derive_seed(cfg.seed, "model", agent)).to(device)
     gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "dropout", agent))
     model.set_dropout_generator(gen)
     return model
