@@ -6,11 +6,19 @@ The public Python API is the names in :data:`__all__` (see :mod:`fedsheaf.api`):
   get its :class:`RunSummary`;
 * :func:`load_run` -- read a run directory back (:class:`Run`: config, per-epoch and
   per-agent records that ``pandas.DataFrame`` takes as they are, summary);
-* :func:`register_aggregator` -- a decorator registering a server aggregator by name;
+* decorators registering one's own code by name, in this process, as the built-ins are:
+  :func:`register_dataset` (``data.dataset``), :func:`register_model`
+  (``agents[i].model``), :func:`register_server_model` (``federated.model``),
+  :func:`register_partition` (``data.partition`` and ``federated.partition``),
+  :func:`register_algorithm` (``algorithm``), :func:`register_aggregator`
+  (``federated.aggregator``);
+* :class:`GeneratorDropout` -- the dropout a plug-in model must use (its masks derive
+  from the run seed);
 * :class:`FedsheafError`, :class:`ConfigError` -- the user errors they raise.
 
 Everything else is private by convention. The names load on first use, so that
-``import fedsheaf`` stays cheap (it imports neither torch nor MPI).
+``import fedsheaf`` stays cheap (it imports neither torch nor MPI; only
+:class:`GeneratorDropout`, a torch module, imports torch).
 """
 
 from __future__ import annotations
@@ -22,11 +30,17 @@ __version__ = "0.1.0"
 __all__ = [
     "ConfigError",
     "FedsheafError",
+    "GeneratorDropout",
     "Run",
     "RunSummary",
     "__version__",
     "load_run",
     "register_aggregator",
+    "register_algorithm",
+    "register_dataset",
+    "register_model",
+    "register_partition",
+    "register_server_model",
     "run",
 ]
 
@@ -35,6 +49,12 @@ _LAZY = {
     "run": "fedsheaf.api",
     "load_run": "fedsheaf.api",
     "register_aggregator": "fedsheaf.api",
+    "register_algorithm": "fedsheaf.api",
+    "register_dataset": "fedsheaf.api",
+    "register_model": "fedsheaf.api",
+    "register_partition": "fedsheaf.api",
+    "register_server_model": "fedsheaf.api",
+    "GeneratorDropout": "fedsheaf.models.seeded",
     "Run": "fedsheaf.api",
     "RunSummary": "fedsheaf.api",
     "ConfigError": "fedsheaf.util.errors",
@@ -42,7 +62,19 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from fedsheaf.api import Run, RunSummary, load_run, register_aggregator, run
+    from fedsheaf.api import (
+        Run,
+        RunSummary,
+        load_run,
+        register_aggregator,
+        register_algorithm,
+        register_dataset,
+        register_model,
+        register_partition,
+        register_server_model,
+        run,
+    )
+    from fedsheaf.models.seeded import GeneratorDropout
     from fedsheaf.util.errors import ConfigError, FedsheafError
 
 

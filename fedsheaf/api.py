@@ -1,6 +1,14 @@
 """fedsheaf's Python API: run an experiment from a script, read a finished run back, and
-register an aggregator of one's own. ``import fedsheaf`` exposes these names lazily
-(:data:`fedsheaf.__all__`); everything else in the package is private by convention.
+register one's own data set, model, partition, algorithm or aggregator. ``import
+fedsheaf`` exposes these names lazily (:data:`fedsheaf.__all__`); everything else in the
+package is private by convention.
+
+The ``register_*`` decorators register under a plain name, in this process, exactly as
+the built-ins are registered (:class:`fedsheaf.util.registry.Registry`). Under
+``mpiexec`` every rank must import the module that registers (a script that registers
+at its top and then calls :func:`run` does); a run launched as ``fedsheaf run`` imports
+nothing of the user's, so there name the callable inline as ``"package.module:callable"``
+or install it as an entry point of the registry's group (``docs/extending.md``).
 
 A script that calls :func:`run` is launched as ``fedsheaf run`` is, one process per rank
 (``mpiexec -n 4 python script.py``); every rank calls :func:`run` with the same arguments
@@ -30,8 +38,20 @@ from fedsheaf.config.sections import (
 from fedsheaf.rundir.files import read_json_object, read_metrics
 from fedsheaf.util import yamlio
 from fedsheaf.util.errors import ConfigError, FedsheafError
+from fedsheaf.util.registry import Registry
 
-__all__ = ["Run", "RunSummary", "load_run", "register_aggregator", "run"]
+__all__ = [
+    "Run",
+    "RunSummary",
+    "load_run",
+    "register_aggregator",
+    "register_algorithm",
+    "register_dataset",
+    "register_model",
+    "register_partition",
+    "register_server_model",
+    "run",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -295,3 +315,131 @@ def register_aggregator(name: str) -> Callable[[F], F]:
         return factory
 
     return register
+
+
+def _registering(registries: list[Registry], name: str) -> Callable[[F], F]:
+    """A decorator registering its factory under ``name`` in each of ``registries``
+    (ValueError, before any is changed, when ``name`` is taken or not a plain word)."""
+
+    def register(factory: F) -> F:
+        for registry in registries:
+            if name in registry.builtin:
+                raise ValueError(f"{registry.kind} {name!r} is registered twice")
+        for registry in registries:
+            registry.register(name, factory)
+        return factory
+
+    return register
+
+
+def register_dataset(name: str) -> Callable[[F], F]:
+    """Register a data set's loader under ``name`` (config key ``data.dataset``), in this
+    process.
+
+    The loader is called on every rank as ``load(root, split, download,
+    **data.dataset_args)``: ``root`` is ``data.root`` made absolute, ``split`` is
+    ``"train"`` or ``"test"``, ``download`` is ``data.download``. It returns ``(x, y)``,
+    ``(x, y, n_classes)`` or a map-style ``torch.utils.data.Dataset`` of ``(x, y)``
+    items: ``x`` images ``(N, C, H, W)`` or vectors ``(N, F)``, ``y`` integer labels
+    ``0..n_classes-1``::
+
+        @fedsheaf.register_dataset("blobs")
+        def blobs(root, split, download, n=600):
+            ...
+            return x, y
+
+    Registered in this process only (see :mod:`fedsheaf.api`); otherwise name it as
+    ``"package.module:callable"`` or install it as an entry point of the group
+    ``fedsheaf.datasets``. Raises ValueError for a name taken or not a plain word.
+    """
+    from fedsheaf.data.datasets_registry import DATASETS
+
+    return _registering([DATASETS], name)
+
+
+def register_model(name: str) -> Callable[[F], F]:
+    """Register an agent model's factory under ``name`` (config key ``agents[i].model``),
+    in this process.
+
+    The factory is called as ``fn(input_shape, n_classes, **agents[i].model_args)`` (with
+    ``seed=`` too if it takes one) and returns an ``nn.Module`` with ``encode(x) -> (B,
+    d)`` (d: the graph file's dim of the agent's node) and ``decode(z) -> (B,
+    n_classes)`` logits; dropout in it must be :class:`GeneratorDropout`::
+
+        @fedsheaf.register_model("mlp")
+        class MLP(torch.nn.Module): ...
+
+    Registered in this process only (see :mod:`fedsheaf.api`); otherwise name it as
+    ``"package.module:callable"`` or install it as an entry point of the group
+    ``fedsheaf.models``. Raises ValueError for a name taken or not a plain word.
+    """
+    from fedsheaf.models.registry import AGENT_MODELS
+
+    return _registering([AGENT_MODELS], name)
+
+
+def register_server_model(name: str) -> Callable[[F], F]:
+    """Register a server-based run's model factory under ``name`` (config key
+    ``federated.model``), in this process.
+
+    The factory is called as ``fn(input_shape, n_classes, **federated.model_args)`` and
+    returns an ``nn.Module`` with ``representation(x) -> (B, r)`` and a head submodule
+    named by its class attribute ``HEAD`` (default ``"head"``), ``forward(x) ==
+    head(representation(x))``; the body (shared by FedRep and FedPer) is every
+    parameter outside the head::
+
+        @fedsheaf.register_server_model("mlp")
+        class ServerMLP(torch.nn.Module):
+            HEAD = "head"
+            ...
+
+    Registered in this process only (see :mod:`fedsheaf.api`); otherwise name it as
+    ``"package.module:callable"`` or install it as an entry point of the group
+    ``fedsheaf.server_models``. Raises ValueError for a name taken or not a plain word.
+    """
+    from fedsheaf.models.registry import SERVER_MODELS
+
+    return _registering([SERVER_MODELS], name)
+
+
+def register_partition(name: str) -> Callable[[F], F]:
+    """Register a partition under ``name`` for both families: graph runs
+    (``data.partition``) and server-based runs (``federated.partition``), in this process.
+
+    It is called as ``fn(labels, n_parties, seed=seed, **partition_args)`` and returns
+    ``n_parties`` pairwise disjoint integer index arrays into ``labels``::
+
+        @fedsheaf.register_partition("halves")
+        def halves(labels, n_parties, seed=0): ...
+
+    Registered in this process only (see :mod:`fedsheaf.api`); otherwise name it as
+    ``"package.module:callable"`` or install it as an entry point of the group
+    ``fedsheaf.partitions``. Raises ValueError for a name taken (in either family) or
+    not a plain word.
+    """
+    from fedsheaf.data.partitions_registry import GRAPH_PARTITIONS, SERVER_PARTITIONS
+
+    return _registering([GRAPH_PARTITIONS, SERVER_PARTITIONS], name)
+
+
+def register_algorithm(name: str) -> Callable[[F], F]:
+    """Register a decentralized algorithm under ``name`` (config key ``algorithm``), in
+    this process.
+
+    It is called on every rank as ``factory(agent, nbr, reporter, **algorithm_args)`` and
+    returns a ``fedsheaf.algorithms.base.DecentralizedAlgorithm``: typically it is a
+    subclass of one (or of a built-in, such as
+    ``fedsheaf.algorithms.noncoop.NonCooperative``) that overrides a hook::
+
+        @fedsheaf.register_algorithm("proximal")
+        class Proximal(NonCooperative):
+            def regulariser(self, epoch, step): ...
+
+    Registered in this process only (see :mod:`fedsheaf.api`); otherwise name it as
+    ``"package.module:callable"`` or install it as an entry point of the group
+    ``fedsheaf.algorithms``. Raises ValueError for a name taken (a built-in method's
+    too) or not a plain word.
+    """
+    from fedsheaf.algorithms.registry import ALGORITHMS_REGISTRY
+
+    return _registering([ALGORITHMS_REGISTRY], name)

@@ -193,7 +193,7 @@ class DecentralizedAlgorithm:
     # ---- hooks -------------------------------------------------------------
     def task_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Loss of one private batch (subclasses may add terms on its latents)."""
-        return F.cross_entropy(self.model(x), y)
+        return F.cross_entropy(self.model.decode(self.model.encode(x)), y)  # (no forward needed)
 
     def regulariser(self, epoch: int, step: int) -> Regulariser:
         """Extra loss term of this step (None: independent training).

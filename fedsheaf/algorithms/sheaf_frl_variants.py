@@ -182,7 +182,15 @@ class StrictSheafFRL(TransportedSheafFRL):
         """Re-draw the model's initial weights from the secret instead of the run seed:
         weights a neighbour could rebuild would give it ``A_i`` of the first step, and
         the first message would then give away the mask (Procrustes)."""
-        seeded_init_(agent.model.to("cpu"), secret_seed(self.secret, "model"))
+        try:
+            seeded_init_(agent.model.to("cpu"), secret_seed(self.secret, "model"))
+        except TypeError as exc:  # (a plug-in model's layer of its own)
+            raise ConfigError(
+                f"sheaf.variant=strict draws agent {agent.id}'s initial weights from its "
+                f"secret, but agents[{agent.id}].model {agent.cfg.agents[agent.id].model!r} "
+                f"cannot be re-initialised: {exc}; give that module a reset_parameters() "
+                "method, or use sheaf.variant=standard"
+            ) from None
         agent.model.to(agent.device)
 
     def initial_map(self, j: int) -> torch.Tensor:

@@ -174,7 +174,12 @@ def run(args: argparse.Namespace) -> int:
     if args.dataset and not images and set(cases) - {"clients"}:
         from fedsheaf.data.sources import expected_files
 
-        missing = next(p for p in expected_files(dataset, args.data_root) if not p.exists())
+        missing = next(
+            p
+            for split in ("train", "test")
+            for p in expected_files(dataset, args.data_root, split)
+            if not p.exists()
+        )
         raise ConfigError(
             f"--dataset {dataset}: not found under {args.data_root} (no {missing}); give its "
             "torchvision root with --data-root (without --dataset the decentralized cases "

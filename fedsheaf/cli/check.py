@@ -13,6 +13,7 @@ import argparse
 import os
 from pathlib import Path
 
+from fedsheaf.cli.keys import plugin_registries
 from fedsheaf.config.ranks import job_request, rank_range, ranks_needed
 from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.rundir.checkpoint import manifest_ranks
@@ -21,6 +22,7 @@ from fedsheaf.rundir.preflight import check_job, finished_note, run_config
 from fedsheaf.util.errors import ConfigError
 from fedsheaf.util.hostinfo import available_memory_bytes
 from fedsheaf.util.log import get_logger
+from fedsheaf.util.registry import Registry
 from fedsheaf.util.units import count
 
 logger = get_logger(__name__)
@@ -109,6 +111,54 @@ def job_ranks(given: int | None, cfg: ExperimentConfig) -> tuple[int, str]:
     )
 
 
+def _slots(cfg: ExperimentConfig) -> list[tuple[str, str, str]]:
+    """(registry key, key as shown, value) of every plug-in slot ``cfg``'s run reads."""
+    from fedsheaf.data.datasets_registry import dataset_ref
+
+    data = ("data.dataset", "data.dataset", dataset_ref(cfg.data.dataset))
+    if cfg.decentralized or cfg.hub_based:
+        out = [data, ("data.partition", "data.partition", cfg.data.partition.strip())]
+        models = [a.model.strip() for a in cfg.agents]
+        for model in dict.fromkeys(models):
+            ids = [str(i) for i, m in enumerate(models) if m == model]
+            shown = "agents[i]" if len(ids) == len(models) else f"agents[{','.join(ids)}]"
+            out.append(("agents[i].model", f"{shown}.model", model))
+        if cfg.decentralized:
+            out.append(("algorithm", "algorithm", cfg.algorithm))
+        return out
+    fc = cfg.federated
+    key = "federated.aggregator"
+    aggregator = [] if cfg.algorithm == "local" else [(key, key, fc.aggregator.strip())]
+    if cfg.algorithm == "head_fedavg":  # (its own data and model; data.dataset for geo)
+        return ([data] if cfg.head.data == "geo" else []) + aggregator
+    return [
+        data,
+        ("federated.partition", "federated.partition", fc.partition.strip()),
+        ("federated.model", "federated.model", fc.model.strip()),
+        *aggregator,
+    ]
+
+
+def plugins_used(cfg: ExperimentConfig) -> list[str]:
+    """``key = value -> where`` for every plug-in slot ``cfg``'s run reads, ``where`` being
+    ``built-in``, ``entry point <value>`` (an installed plug-in) or ``inline``
+    (``package.module:callable``). Each is resolved as the run resolves it: one that does
+    not is its registry's one-line ConfigError."""
+    registries: dict[str, Registry] = {reg.key: reg for reg, _ in plugin_registries()}
+    lines = []
+    for key, shown, value in _slots(cfg):
+        registry = registries[key]
+        registry.resolve(value)
+        if ":" in value:
+            where = "inline"
+        elif value in registry.builtin:
+            where = "built-in"
+        else:
+            where = f"entry point {registry.installed()[value].value}"
+        lines.append(f"{shown} = {value} -> {where}")
+    return lines
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = run_config(args.config, list(args.overrides), args.resume, "fedsheaf check")
     note = finished_note(cfg)  # the job says this before anything else, whatever its size
@@ -119,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
     per_node = getattr(args, "ranks_per_node", None)
     if per_node is not None and per_node < 1:
         raise ConfigError(f"--ranks-per-node must be a positive rank count, got {per_node}")
+    plugins = plugins_used(cfg)  # (a name that does not resolve: its one line, first)
     verdict = check_job(cfg, n)
     warnings = list(verdict.warnings)
     node = getattr(args, "node_memory", None)
@@ -129,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
     for warning in warnings:
         logger.warning(warning)
     print(f"fedsheaf check: ok for {count(n, 'rank')}{source}: {verdict.run}")
+    for line in plugins:
+        print(f"fedsheaf check: uses {line}")
     if verdict.memory is not None:
         print(f"fedsheaf check: {verdict.memory.describe()}")
     estimate = verdict.memory.total if verdict.memory is not None else None

@@ -8,8 +8,11 @@ out-of-range values raise :class:`~fedsheaf.util.errors.ConfigError` naming the 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +23,13 @@ from fedsheaf.config.schema import build, spec, to_dict
 from fedsheaf.util import yamlio
 from fedsheaf.util.errors import ConfigError
 
-DATASETS = ("digits", "mnist", "fashionmnist", "cifar10")
 DECENTRALIZED = ("sheaf_frl", "noncoop", "comfed", "sheaf_fmtl")
 # Heterogeneous-agent baselines with a central server: rank 0 serves, agents on ranks 1..N.
 HUB_BASED = ("fedproto", "fedmuscle")
 SERVER_BASED = ("fedavg", "fedavg_ft", "fedrep", "fedper", "lg_fedavg", "local", "head_fedavg")
 ALGORITHMS = DECENTRALIZED + HUB_BASED + SERVER_BASED
+#: Entry-point group of decentralized algorithm plug-ins (config key ``algorithm``).
+ALGORITHM_GROUP = "fedsheaf.algorithms"
 # Methods that need every agent to have the same latent dimension d.
 EQUAL_DIM_ONLY = ("fedproto", "fedmuscle")
 
@@ -34,15 +38,21 @@ EQUAL_DIM_ONLY = ("fedproto", "fedmuscle")
 class DataConfig:
     dataset: str = spec(
         "digits",
-        choices=DATASETS,
-        doc="digits: scikit-learn's bundled 8×8 digits (no files); the others from data.root",
+        doc="digits (scikit-learn's bundled 8×8 digits, no files), mnist, fashionmnist, "
+        "cifar10 (from data.root), an installed plug-in (entry-point group fedsheaf.datasets) "
+        "or 'package.module:callable'; docs/configuration.md",
     )
-    root: str = spec("data", doc="data root in torchvision layout")
-    download: bool = spec(False, doc="let torchvision download missing files")
+    dataset_args: dict[str, Any] = spec(
+        {}, doc="keyword arguments of data.dataset's loader (a plug-in's; the built-ins take none)"
+    )
+    root: str = spec(
+        "data", doc="data root (torchvision layout for the built-ins; given to a plug-in)"
+    )
+    download: bool = spec(False, doc="let the loader (torchvision) download missing files")
     split: str = spec(
         "train",
         choices=("train", "test"),
-        doc="graph runs: the torchvision split that is partitioned into the pilot set and "
+        doc="graph runs: the split that is partitioned into the pilot set and "
         "the agents' train/val/test shards (server runs use both splits)",
     )
     partition: str = spec(
@@ -72,23 +82,77 @@ class DataConfig:
     limit: int | None = spec(None, lo=1, doc="use only the first N samples (quick tests)")
 
 
-@dataclass
+#: The built-in agent model, the one that ``agents[i].encoder`` and ``head`` describe.
+CNN_MODEL = "cnn"
+
+
+@dataclass(kw_only=True)
 class AgentConfig:
-    encoder: list[int] = spec(lo=1, doc="output channels of the CNN blocks; d = last width")
-    head: list[int] = spec(lo=1, doc="hidden widths of the head MLP")
+    encoder: list[int] | None = spec(
+        None,
+        lo=1,
+        doc="model cnn (required there): output channels of the CNN blocks; d = last width",
+    )
+    head: list[int] | None = spec(
+        None, lo=1, doc="model cnn (required there): hidden widths of the head MLP ([]: none)"
+    )
     classes: list[int] = spec(lo=0, doc="target classes C_i")
-    dropout: float = spec(0.1, lo=0.0, hi=0.95, doc="dropout after each hidden layer of the head")
+    dropout: float = spec(
+        0.1, lo=0.0, hi=0.95, doc="model cnn: dropout after each hidden layer of the head"
+    )
     lr: float | None = spec(
         None, lo=0.0, lo_open=True, doc="this agent's learning rate; default train.lr"
     )
+    model: str = spec(
+        CNN_MODEL,
+        doc="the agent's model: cnn (the Table 2/3 CNN of encoder, head, dropout), an "
+        "installed plug-in (entry-point group fedsheaf.models) or 'package.module:callable' "
+        "with encode(x) -> (B, d) and decode(z) -> logits; d is checked against the graph "
+        "file; docs/configuration.md",
+    )
+    model_args: dict[str, Any] = spec(
+        {}, doc="keyword arguments of agents[i].model other than cnn (the factory's own)"
+    )
 
     @property
-    def dim(self) -> int:
-        return self.encoder[-1]
+    def is_cnn(self) -> bool:
+        """Whether the agent's model is the built-in cnn (``encoder``/``head`` describe it)."""
+        return self.model.strip() == CNN_MODEL
+
+    @property
+    def dim(self) -> int | None:
+        """Latent dimension d: the last encoder width of the cnn; None for another model
+        (known once built, and checked then against the graph file's dims)."""
+        return self.encoder[-1] if self.is_cnn and self.encoder else None
 
     def check(self, prefix: str) -> None:
-        if not self.encoder:
-            raise ConfigError(f"config key '{prefix}.encoder' needs at least one width")
+        if not self.model.strip():
+            raise ConfigError(
+                f"config key '{prefix}.model' is empty; name cnn, an installed plug-in or "
+                "'package.module:callable'"
+            )
+        if self.is_cnn:
+            for key in ("encoder", "head"):
+                if getattr(self, key) is None:
+                    raise ConfigError(
+                        f"missing required config key '{prefix}.{key}' (the built-in cnn's "
+                        f"{'block' if key == 'encoder' else 'hidden head'} widths; another "
+                        f"model is named in {prefix}.model)"
+                    )
+            if not self.encoder:
+                raise ConfigError(f"config key '{prefix}.encoder' needs at least one width")
+            if self.model_args:
+                raise ConfigError(
+                    f"config key '{prefix}.model_args' is for a plug-in model; the built-in "
+                    f"cnn reads {prefix}.encoder, {prefix}.head and {prefix}.dropout"
+                )
+        else:
+            for key in ("encoder", "head"):
+                if getattr(self, key):
+                    raise ConfigError(
+                        f"config key '{prefix}.{key}': {prefix}.encoder/head describe the "
+                        f"built-in cnn only; give your model's arguments in {prefix}.model_args"
+                    )
         if not self.classes:
             raise ConfigError(f"config key '{prefix}.classes' needs at least one class")
 
@@ -229,7 +293,16 @@ class BaselineConfig:
 class FederatedConfig:
     """Server-based runs (SPEC §4): rank 0 serves, clients live on ranks 1..W."""
 
-    model: str = spec("fedrep_cnn", choices=("fedrep_cnn",), doc="the FedRep authors' CNN")
+    model: str = spec(
+        "fedrep_cnn",
+        doc="the common model: fedrep_cnn (the FedRep authors' CNN), an installed plug-in "
+        "(entry-point group fedsheaf.server_models) or 'package.module:callable' with "
+        "representation(x) and a head submodule named by its HEAD attribute; "
+        "docs/server-based.md",
+    )
+    model_args: dict[str, Any] = spec(
+        {}, doc="keyword arguments of federated.model (the factory's own; fedrep_cnn: none)"
+    )
     clients: int = spec(100, lo=1, doc="number of clients n")
     classes_per_client: int = spec(
         2,
@@ -355,8 +428,9 @@ class CheckpointConfig:
     resume: bool = spec(False, doc="continue from the newest complete checkpoint, if any")
 
 
-#: Classes of every data set fedsheaf reads (:mod:`fedsheaf.data.sources`), so class ids
-#: run 0..N_CLASSES-1 in run configs and graph files.
+#: Classes of every built-in data set (:mod:`fedsheaf.data.sources`): class ids of graph
+#: files written for them run 0..N_CLASSES-1 (``fedsheaf graph --classes``). A run checks
+#: agents[i].classes against its data set's own count once loaded.
 N_CLASSES = 10
 
 
@@ -419,10 +493,90 @@ class OutputConfig:
             check_plain_name(self.name, f"{prefix}.name")
 
 
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+#: Plain names of decentralized algorithms registered in this process besides the
+#: built-ins (``fedsheaf.register_algorithm``; the algorithm registry adds them here).
+REGISTERED_ALGORITHMS: set[str] = set()
+
+
+def installed_algorithms() -> list[str]:
+    """The names of the decentralized algorithm plug-ins known here: those registered in
+    this process and the installed ones (entry points of :data:`ALGORITHM_GROUP`), sorted."""
+    installed = {ep.name for ep in metadata.entry_points(group=ALGORITHM_GROUP)}
+    return sorted(installed | REGISTERED_ALGORITHMS)
+
+
+def unknown_algorithm(ref: str, installed: Iterable[str]) -> ConfigError:
+    """The one line for config key ``algorithm`` = ``ref`` when it names nothing: the
+    closest name (built-in or installed), the built-ins, the installed plug-ins. The
+    algorithm registry (:mod:`fedsheaf.algorithms.registry`) says the same words."""
+    plugins = sorted(set(installed) - set(ALGORITHMS))
+    close = difflib.get_close_matches(ref.strip(), [*ALGORITHMS, *plugins], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ConfigError(
+        f"config key 'algorithm': algorithm {ref!r} is unknown{hint}; built-in: "
+        f"{', '.join(ALGORITHMS)}; installed plug-ins (entry-point group {ALGORITHM_GROUP}): "
+        f"{', '.join(plugins) or 'none'}; or name your own as 'package.module:callable'"
+    )
+
+
+def check_algorithm_ref(ref: str) -> None:
+    """Refuse config key ``algorithm`` = ``ref`` where no import is needed to tell: a plain
+    name that is neither built-in nor an installed plug-in's (with a did-you-mean), or
+    an inline reference not of the form ``package.module:callable``. Whether a plug-in
+    imports and builds a DecentralizedAlgorithm is checked where a job validates before
+    training (:mod:`fedsheaf.algorithms.registry`)."""
+    if ref in ALGORITHMS:
+        return
+    if ":" in ref:
+        module, _, attr = ref.partition(":")
+        if not (_DOTTED.fullmatch(module) and _DOTTED.fullmatch(attr)):
+            raise ConfigError(
+                f"config key 'algorithm': algorithm {ref!r} must look like "
+                "'package.module:callable'"
+            )
+        return
+    installed = installed_algorithms()
+    if ref not in installed:
+        raise unknown_algorithm(ref, installed)
+
+
+def is_algorithm_ref(value: object) -> bool:
+    """Whether ``value`` reads as a value of config key ``algorithm`` (a run directory's
+    config, whatever is installed now): a built-in's name, an inline
+    ``package.module:callable``, or a plain word (an installed plug-in's name)."""
+    if not isinstance(value, str):
+        return False
+    if ":" in value:
+        module, _, attr = value.partition(":")
+        return bool(_DOTTED.fullmatch(module) and _DOTTED.fullmatch(attr))
+    return value in ALGORITHMS or re.fullmatch(r"[\w.-]+", value) is not None
+
+
+def algorithm_label(ref: str) -> str:
+    """The algorithm's part of a run directory's name: the name itself, or, for an inline
+    ``package.module:Name`` (``package.module:Class.build``), the last attribute."""
+    return ref.rpartition(":")[2].rpartition(".")[2] if ":" in ref else ref
+
+
 @dataclass
 class ExperimentConfig:
     name: str = spec(doc="experiment name (the run directory's first part)")
-    algorithm: str = spec("sheaf_frl", choices=ALGORITHMS, doc="the method to run")
+    algorithm: str = spec(
+        "sheaf_frl",
+        doc="the method to run: decentralized sheaf_frl, noncoop, comfed, sheaf_fmtl; with a "
+        "server rank fedproto, fedmuscle; server-based fedavg, fedavg_ft, fedrep, fedper, "
+        "lg_fedavg, local, head_fedavg; or a decentralized algorithm plug-in: an installed "
+        "one's name (entry-point group fedsheaf.algorithms) or 'package.module:callable'; "
+        "docs/configuration.md",
+    )
+    algorithm_args: dict[str, Any] = spec(
+        {},
+        doc="keyword arguments of a decentralized algorithm plug-in, called as "
+        "factory(agent, nbr, reporter, **algorithm_args)",
+    )
     graph: str | None = spec(None, doc="graph file (graphs/*.yaml); decentralized only")
     agents: list[AgentConfig] = spec([], doc="one entry per graph node; decentralized only")
     seed: int = spec(0, lo=0, doc="run seed: every random choice derives from it")
@@ -437,7 +591,8 @@ class ExperimentConfig:
 
     @property
     def decentralized(self) -> bool:
-        return self.algorithm in DECENTRALIZED
+        """A decentralized method: a built-in one or any algorithm plug-in."""
+        return self.algorithm not in HUB_BASED + SERVER_BASED
 
     @property
     def hub_based(self) -> bool:
@@ -446,6 +601,7 @@ class ExperimentConfig:
 
     def check(self, prefix: str) -> None:
         check_plain_name(self.name, "name")
+        check_algorithm_ref(self.algorithm)
         run_name = self.run_name()
         if self.output.name is None and len(run_name.encode("utf-8", "surrogatepass")) > 255:
             raise ConfigError(
@@ -461,19 +617,14 @@ class ExperimentConfig:
             raise ConfigError(
                 "config keys 'checkpoint.resume' and 'output.overwrite' exclude each other"
             )
-        n_classes = N_CLASSES
-        for i, agent in enumerate(self.agents):
-            bad = [c for c in agent.classes if c >= n_classes]
-            if bad:
-                raise ConfigError(
-                    f"config key 'agents[{i}].classes' has class ids {bad} "
-                    f"outside 0..{n_classes - 1}"
-                )
+        # (agents[i].classes against the data set's classes: once it is known, before
+        # training, fedsheaf.runtime.experiment.check_agent_classes)
         self._check_method()
 
     def _check_method(self) -> None:
         """Setups a method cannot handle: one readable error before any rank starts."""
-        dims = sorted({a.dim for a in self.agents})
+        # (a plug-in model's d is known once built: build_graph and the model check it)
+        dims = sorted({a.dim for a in self.agents if a.dim is not None})
         if len(dims) > 1 and self.algorithm in EQUAL_DIM_ONLY:
             raise ConfigError(
                 f"algorithm {self.algorithm} needs every agent to have the same latent "
@@ -525,13 +676,17 @@ class ExperimentConfig:
                 unused["federated.fraction"] = "Local trains every client in every round"
                 for key in ("aggregator", "aggregator_args", "prox_mu"):
                     unused[f"federated.{key}"] = "Local shares nothing with the server"
+        if not self.decentralized:
+            unused["algorithm_args"] = "decentralized algorithms only"
+        plugin = self.algorithm not in ALGORITHMS  # (what it reads is its own business)
         if self.decentralized or self.hub_based:  # (baseline.* may serve the file's other methods)
             if self.sheaf.pilot_strategy not in ("prototype", "kmeans"):
                 unused["sheaf.prototype_members"] = "pilot_strategy prototype or kmeans only"
-            if self.algorithm != "sheaf_frl" or self.sheaf.variant != "strict":
+            strict = self.algorithm == "sheaf_frl" and self.sheaf.variant == "strict"
+            if not (strict or plugin):
                 unused["sheaf.mask_secret"] = "sheaf_frl with sheaf.variant=strict only"
                 unused["sheaf.mask_secret_dir"] = "sheaf_frl with sheaf.variant=strict only"
-            elif self.sheaf.mask_secret == "os":
+            elif strict and self.sheaf.mask_secret == "os":
                 unused["sheaf.mask_secret_dir"] = "sheaf.mask_secret=file only"
         if self.train.optimizer == "adam":
             unused["train.momentum"] = "Adam has no momentum term; sgd and nesterov read it"
@@ -545,8 +700,10 @@ class ExperimentConfig:
         return [f"{', '.join(keys)} ({why})" for why, keys in found.items()]
 
     def run_name(self) -> str:
-        """``output.name``, else ``<name>-<algorithm>-seed<seed>`` (methods never collide)."""
-        return self.output.name or f"{self.name}-{self.algorithm}-seed{self.seed}"
+        """``output.name``, else ``<name>-<algorithm>-seed<seed>`` (methods never collide);
+        for an inline plug-in ``package.module:Name`` the algorithm part is ``Name``."""
+        label = algorithm_label(self.algorithm)
+        return self.output.name or f"{self.name}-{label}-seed{self.seed}"
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)

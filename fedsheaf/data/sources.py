@@ -1,16 +1,19 @@
-"""Image data sets in memory, normalised row by row as they are taken.
+"""Data sets in memory, normalised row by row as they are taken; the built-in loaders.
 
-Every loader returns the complete split: its pixels as stored (uint8 images from files;
-scikit-learn's digits as float32 on their 0–16 scale) plus int64 labels, and
-:meth:`Dataset.take` gives any rows as normalised float32 ``(n, C, H, W)``. A rank
-converts only the rows it trains on (a FashionMNIST split held as float32 would be four
-times its uint8 size on every rank). Files come from a data root in torchvision's
-layout (``<root>/MNIST/raw/...``, ``<root>/cifar-10-batches-py/...``); they are
-downloaded only when ``download=True``. The "digits" set ships with
-scikit-learn and needs no files at all.
+A loaded split is a :class:`Dataset`: its samples as stored (uint8 images from files;
+scikit-learn's digits as float32 on their 0–16 scale; a plug-in's as it gave them) plus
+int64 labels, and :meth:`Dataset.take` gives any rows as normalised float32
+``(n, *shape)``. A rank converts only the rows it trains on (a FashionMNIST split held
+as float32 would be four times its uint8 size on every rank).
 
-Loaded splits are cached per process (keyed by name, resolved root and split),
-so the returned tensors are shared: treat them as read-only.
+The built-in loaders (:func:`load_digits`, :func:`load_mnist`, :func:`load_fashionmnist`,
+:func:`load_cifar10`) follow the loader protocol of
+:mod:`fedsheaf.data.datasets_registry`, which registers them and loads (and caches) any
+data set by name. Files come from a data root in torchvision's layout
+(``<root>/MNIST/raw/...``, ``<root>/cifar-10-batches-py/...``); without ``download``
+only the files of the split asked for are read (``data.split=test`` needs MNIST's
+``t10k`` files only); with it torchvision fetches what is missing. The "digits" set
+ships with scikit-learn and needs no files at all.
 """
 
 from __future__ import annotations
@@ -27,16 +30,26 @@ import torch
 
 from fedsheaf.util.errors import DataError, relative_hint
 
-__all__ = ["DATASETS", "Dataset", "clear_cache", "dataset_shape", "load_dataset"]
+__all__ = [
+    "BUILTIN_DATASETS",
+    "Dataset",
+    "black_level",
+    "builtin_name",
+    "data_digest",
+    "expected_files",
+    "require_files",
+]
 
 
 @dataclass
 class Dataset:
-    """One split of an image data set, in memory as stored.
+    """One split of a data set, in memory as stored.
 
-    ``pixels`` ``(N, C, H, W)`` on the scale ``0..scale`` (uint8 images: 255), ``mean``
-    and ``std`` per channel on the [0, 1] scale. :meth:`take` normalises the rows it is
-    given; :attr:`x` all of them (a new tensor each time: for small sets and tests).
+    ``pixels`` ``(N, *shape)``: images ``(N, C, H, W)`` or vectors ``(N, F)``, on the
+    scale ``0..scale`` (uint8 images: 255); ``mean`` and ``std`` per channel (the
+    second axis; one value for all) on the [0, 1] scale. :meth:`take` normalises the
+    rows it is given; :attr:`x` all of them (a new tensor each time: for small sets and
+    tests). A plug-in's data are taken as given: scale 1, mean 0, std 1.
     """
 
     name: str
@@ -54,8 +67,11 @@ class Dataset:
             .to(torch.float32, memory_format=torch.contiguous_format, copy=True)
             .div_(self.scale)
         )
-        mean = torch.tensor(self.mean, dtype=torch.float32).view(1, -1, 1, 1)
-        std = torch.tensor(self.std, dtype=torch.float32).view(1, -1, 1, 1)
+        if self.scale == 1.0 and not any(self.mean) and all(s == 1.0 for s in self.std):
+            return x  # taken as given (a plug-in's data): nothing to normalise
+        view = (1, -1) + (1,) * (x.dim() - 2)  # per channel: images (1, C, 1, 1)
+        mean = torch.tensor(self.mean, dtype=torch.float32).view(view)
+        std = torch.tensor(self.std, dtype=torch.float32).view(view)
         return x.sub_(mean).div_(std)
 
     @property
@@ -65,7 +81,7 @@ class Dataset:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """``(N, C, H, W)``."""
+        """``(N, *shape)``: ``(N, C, H, W)`` for images."""
         return tuple(self.pixels.shape)
 
     def head(self, n: int) -> Dataset:
@@ -88,18 +104,16 @@ _INFO: dict[str, _Info] = {
     "fashionmnist": _Info((1, 28, 28), 10, (0.2860,), (0.3530,)),
     "cifar10": _Info((3, 32, 32), 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
 }
-DATASETS: tuple[str, ...] = tuple(_INFO)
-_SPLITS = ("train", "test")
+#: The built-in data sets, by canonical name.
+BUILTIN_DATASETS: tuple[str, ...] = tuple(_INFO)
+SPLITS = ("train", "test")
 
-# Files torchvision needs under the data root. Its dataset classes check the files
-# of both splits before loading either, so both are required.
-_IDX_FILES = (
-    "train-images-idx3-ubyte",
-    "train-labels-idx1-ubyte",
-    "t10k-images-idx3-ubyte",
-    "t10k-labels-idx1-ubyte",
-)
-_CIFAR_FILES = tuple(f"data_batch_{k}" for k in range(1, 6)) + ("test_batch", "batches.meta")
+# The files of each split under the data root, in torchvision's layout (IDX prefixes
+# of the MNIST family; CIFAR-10's pickled batches). Without download only the split
+# asked for is read.
+_IDX_PREFIX = {"train": "train", "test": "t10k"}
+_CIFAR_SPLIT = {"train": tuple(f"data_batch_{k}" for k in range(1, 6)), "test": ("test_batch",)}
+_CIFAR_FILES = (*_CIFAR_SPLIT["train"], *_CIFAR_SPLIT["test"], "batches.meta")
 _TV_FOLDER = {"mnist": "MNIST", "fashionmnist": "FashionMNIST"}
 
 # What torchvision raises for missing, corrupt or truncated files and failed downloads.
@@ -113,105 +127,69 @@ _LOAD_ERRORS = (
     pickle.UnpicklingError,
 )
 
-_CACHE: dict[tuple[str, str, str], Dataset] = {}
 
-
-def _canonical(name: str) -> str:
+def builtin_name(name: str) -> str | None:
+    """The canonical name of a built-in data set (case, ``-`` and ``_`` aside:
+    ``Fashion-MNIST`` is ``fashionmnist``), or None for any other name."""
     key = str(name).strip().lower().replace("-", "").replace("_", "")
-    if key not in _INFO:
-        raise DataError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
-    return key
+    return key if key in _INFO else None
 
 
-def dataset_shape(name: str) -> tuple[int, int, int, int]:
-    """Return ``(C, H, W, n_classes)`` of a data set without loading it."""
-    info = _INFO[_canonical(name)]
-    return (*info.shape, info.n_classes)
+def builtin_shape(name: str) -> tuple[tuple[int, ...], int] | None:
+    """``((C, H, W), n_classes)`` of a built-in data set without reading a file; None for
+    any other name."""
+    key = builtin_name(name)
+    return None if key is None else (_INFO[key].shape, _INFO[key].n_classes)
 
 
 def black_level(name: str) -> tuple[float, ...]:
     """A black pixel (0 on the [0, 1] scale) in the dataset's normalised units, per channel.
 
     Padding that happens before normalisation (torchvision's ``RandomCrop(padding=4)``
-    on images) fills with this value once the batch is normalised.
+    on images) fills with this value once the batch is normalised. A plug-in's data,
+    taken as given, pad with 0.
     """
-    info = _INFO[_canonical(name)]
+    key = builtin_name(name)
+    if key is None:
+        return (0.0,)
+    info = _INFO[key]
     return tuple(-m / s for m, s in zip(info.mean, info.std, strict=True))
 
 
-def expected_files(name: str, root: str | Path, split: str = "train") -> list[Path]:
-    """Paths that must exist under ``root`` to load ``name``/``split`` offline.
+def _check_split(name: str, split: str) -> None:
+    if split not in SPLITS:
+        raise DataError(f"unknown split {split!r} for dataset {name!r}; valid: train, test")
 
-    torchvision checks the files of both splits whichever split is asked for, so
-    the list is the same for ``train`` and ``test``.
-    """
-    key = _canonical(name)
-    if split not in _SPLITS:
-        raise DataError(f"unknown split {split!r} for dataset {key!r}; valid: train, test")
+
+def expected_files(name: str, root: str | Path, split: str = "train") -> list[Path]:
+    """Paths that must exist under ``root`` to load ``name``/``split`` offline: the files
+    of that split only (none for ``digits`` and for a plug-in, whose files are its own)."""
+    key = builtin_name(name)
+    _check_split(key or str(name), split)
     root = Path(root)
-    if key == "digits":
+    if key is None or key == "digits":
         return []
     if key == "cifar10":
-        return [root / "cifar-10-batches-py" / f for f in _CIFAR_FILES]
-    return [root / _TV_FOLDER[key] / "raw" / f for f in _IDX_FILES]
+        return [root / "cifar-10-batches-py" / f for f in _CIFAR_SPLIT[split]]
+    prefix = _IDX_PREFIX[split]
+    return [
+        root / _TV_FOLDER[key] / "raw" / f"{prefix}-{part}-idx{dims}-ubyte"
+        for part, dims in (("images", 3), ("labels", 1))
+    ]
 
 
-def clear_cache() -> None:
-    """Forget every loaded split (frees memory; the next load re-reads files)."""
-    _CACHE.clear()
-
-
-def load_dataset(
-    name: str,
-    root: str | Path,
-    split: str = "train",
-    download: bool = False,
-    limit: int | None = None,
-) -> Dataset:
-    """Load a whole split as normalised tensors.
-
-    Parameters
-    ----------
-    name:
-        ``digits``, ``mnist``, ``fashionmnist`` or ``cifar10`` (case-insensitive).
-    root:
-        Data root in torchvision's layout. Ignored for ``digits``.
-    split:
-        ``train`` or ``test``. ``digits`` has one split only: ``train`` is all
-        1,797 images and ``test`` raises :class:`DataError` (carve validation and
-        test sets out of it with a partition instead).
-    download:
-        Let torchvision fetch missing files. Without it, missing files raise a
-        :class:`DataError` that lists the exact paths expected.
-    limit:
-        Keep only the first ``limit`` samples (quick runs and tests).
-    """
-    key = _canonical(name)
-    if split not in _SPLITS:
-        raise DataError(f"unknown split {split!r} for dataset {key!r}; valid: train, test")
-    root_key = "" if key == "digits" else str(Path(root).expanduser().resolve())
-    cache_key = (key, root_key, split)
-    if cache_key not in _CACHE:
-        if key == "digits":
-            ds = _load_digits(split)
-        else:
-            ds = _load_torchvision(key, Path(root_key), split, download)
-        _CACHE[cache_key] = ds
-    ds = _CACHE[cache_key]
-    if limit is not None and limit < len(ds.y):
-        ds = ds.head(limit)
-    return ds
-
-
-def _load_digits(split: str) -> Dataset:
+def load_digits(root: str, split: str, download: bool) -> Dataset:
+    """scikit-learn's bundled 8×8 digits (``root`` and ``download`` unused). One split
+    only: ``train`` is all 1,797 images and ``test`` raises :class:`DataError` (carve
+    validation and test sets out of it with a partition instead)."""
     if split != "train":
         raise DataError(
             "dataset 'digits' has a single split: use split='train' (all 1,797 images) "
             "and hold out validation/test samples with a partition"
         )
-    from sklearn.datasets import load_digits
+    from sklearn import datasets as sklearn_datasets
 
-    bunch = load_digits()
+    bunch = sklearn_datasets.load_digits()
     pixels = torch.from_numpy(np.asarray(bunch.images, dtype=np.float32)).unsqueeze(1)
     y = torch.from_numpy(np.asarray(bunch.target, dtype=np.int64))
     info = _INFO["digits"]
@@ -222,18 +200,18 @@ def _missing_message(key: str, root: Path, split: str, missing: list[Path]) -> s
     files = ", ".join(str(p) for p in missing)
     return (
         f"dataset {key!r} ({split} split) not found under data root {root}"
-        f"{relative_hint(root)}: missing {files} "
-        f"(torchvision needs the files of both splits). "
+        f"{relative_hint(root)}: missing {files}. "
         f"Put the files there, or set data.download=true to fetch them."
     )
 
 
 def require_files(name: str, root: str | Path, split: str = "train") -> None:
-    """Refuse (:class:`DataError`, naming what is missing) a data set whose files are not
-    all under ``root``: what loading it without ``download`` would do, without loading."""
+    """Refuse (:class:`DataError`, naming what is missing) a data set whose files of
+    ``split`` are not all under ``root``: what loading it without ``download`` would do,
+    without loading (a plug-in's files are its own: nothing is checked)."""
     missing = [p for p in expected_files(name, root, split) if not p.is_file()]
     if missing:
-        raise DataError(_missing_message(_canonical(name), Path(root), split, missing))
+        raise DataError(_missing_message(builtin_name(name) or name, Path(root), split, missing))
 
 
 #: IDX magic numbers (uint8 payload, 3 and 1 dimensions) by file-name part.
@@ -255,23 +233,81 @@ def _idx_problem(path: Path) -> str | None:
     return None
 
 
-def damaged_file(key: str, root: Path) -> str | None:
-    """Which of dataset ``key``'s files under ``root`` is damaged, in words (None: none
-    found): IDX headers and lengths; CIFAR-10 batches against torchvision's checksums."""
+def damaged_file(key: str, root: Path, split: str | None = None) -> str | None:
+    """Which of dataset ``key``'s files of ``split`` (None: of both) under ``root`` is
+    damaged, in words (None: none found): IDX headers and lengths; CIFAR-10 batches
+    against torchvision's checksums."""
+    splits = SPLITS if split is None else (split,)
     if key == "cifar10":
         from torchvision.datasets import CIFAR10
         from torchvision.datasets.utils import check_integrity
 
         folder = root / CIFAR10.base_folder
-        meta = (CIFAR10.meta["filename"], CIFAR10.meta["md5"])
-        for name, md5 in [*CIFAR10.train_list, *CIFAR10.test_list, meta]:
+        listed = {"train": CIFAR10.train_list, "test": CIFAR10.test_list}
+        checked = [pair for s in splits for pair in listed[s]]
+        if split is None:
+            checked.append([CIFAR10.meta["filename"], CIFAR10.meta["md5"]])
+        for name, md5 in checked:
             if (folder / name).is_file() and not check_integrity(str(folder / name), md5):
                 return f"{folder / name} is damaged or truncated (its checksum differs)"
         return None
-    for path in expected_files(key, root):
+    for path in (p for s in splits for p in expected_files(key, root, s)):
         if path.is_file() and (problem := _idx_problem(path)):
             return problem
     return None
+
+
+def load_mnist(root: str, split: str, download: bool) -> Dataset:
+    """MNIST from ``<root>/MNIST/raw`` (the split's IDX files)."""
+    return _load_torchvision("mnist", Path(root), split, download)
+
+
+def load_fashionmnist(root: str, split: str, download: bool) -> Dataset:
+    """FashionMNIST from ``<root>/FashionMNIST/raw`` (the split's IDX files)."""
+    return _load_torchvision("fashionmnist", Path(root), split, download)
+
+
+def load_cifar10(root: str, split: str, download: bool) -> Dataset:
+    """CIFAR-10 from ``<root>/cifar-10-batches-py`` (the split's pickled batches)."""
+    return _load_torchvision("cifar10", Path(root), split, download)
+
+
+def _legacy_processed(key: str, root: Path) -> bool:
+    """Whether torchvision would read the MNIST family's legacy ``processed/*.pt`` files
+    (it prefers them to the raw files where both are intact)."""
+    if key == "cifar10":
+        return False
+    from torchvision.datasets.utils import check_integrity
+
+    folder = root / _TV_FOLDER[key] / "processed"
+    return all(check_integrity(str(folder / f)) for f in ("training.pt", "test.pt"))
+
+
+def _read_split(key: str, root: Path, split: str) -> tuple[Any, Any]:
+    """The split's images and labels as torchvision's own readers give them, reading only
+    that split's files: (uint8 (N, H, W) tensor, int64 labels) for the MNIST family,
+    (uint8 (N, H, W, C) array, label list) for CIFAR-10, as ``cls.data``/``cls.targets``."""
+    if key == "cifar10":
+        from torchvision.datasets import CIFAR10
+        from torchvision.datasets.utils import check_integrity
+
+        folder = root / CIFAR10.base_folder
+        listed = CIFAR10.train_list if split == "train" else CIFAR10.test_list
+        data: list[Any] = []
+        targets: list[int] = []
+        for name, md5 in listed:  # as CIFAR10.__init__ reads them, its checksums first
+            if not check_integrity(str(folder / name), md5):
+                raise RuntimeError(f"{folder / name} is damaged or truncated")
+        for name, _ in listed:
+            with open(folder / name, "rb") as fh:
+                entry = pickle.load(fh, encoding="latin1")
+            data.append(entry["data"])
+            targets.extend(entry["labels"] if "labels" in entry else entry["fine_labels"])
+        return np.vstack(data).reshape(-1, 3, 32, 32).transpose((0, 2, 3, 1)), targets
+    from torchvision.datasets.mnist import read_image_file, read_label_file
+
+    paths = expected_files(key, root, split)
+    return read_image_file(str(paths[0])), read_label_file(str(paths[1]))
 
 
 def _load_torchvision(key: str, root: Path, split: str, download: bool) -> Dataset:
@@ -282,20 +318,25 @@ def _load_torchvision(key: str, root: Path, split: str, download: bool) -> Datas
         require_files(key, root, split)
     cls = {"mnist": tvd.MNIST, "fashionmnist": tvd.FashionMNIST, "cifar10": tvd.CIFAR10}[key]
     try:
-        tv = cls(root=str(root), train=(split == "train"), download=download)
+        if download or _legacy_processed(key, root):  # torchvision fetches (or reads) it
+            tv = cls(root=str(root), train=(split == "train"), download=download)
+            data, targets = tv.data, tv.targets
+        else:  # the split's own files only
+            data, targets = _read_split(key, root, split)
     except _LOAD_ERRORS as exc:
         text = str(exc).strip()
-        why = damaged_file(key, root) or (text.splitlines()[0] if text else type(exc).__name__)
+        why = damaged_file(key, root, None if download else split) or (
+            text.splitlines()[0] if text else type(exc).__name__
+        )
         raise DataError(
             f"cannot load dataset {key!r} ({split} split) from data root {root}: {why}. "
             f"Expected files: {', '.join(str(p) for p in expected_files(key, root, split))}"
         ) from None
-    data = tv.data
     if isinstance(data, np.ndarray):  # CIFAR: uint8 (N, H, W, C)
         x_u8 = torch.from_numpy(data).permute(0, 3, 1, 2)
     else:  # MNIST family: uint8 tensor (N, H, W)
         x_u8 = data.unsqueeze(1)
-    y = torch.as_tensor(np.asarray(tv.targets), dtype=torch.int64).reshape(-1)
+    y = torch.as_tensor(np.asarray(targets), dtype=torch.int64).reshape(-1)
     if x_u8.shape[1:] != info.shape or x_u8.shape[0] != y.shape[0]:
         raise DataError(
             f"dataset {key!r} under {root} has images of shape {tuple(x_u8.shape[1:])} and "
@@ -310,6 +351,10 @@ def _load_torchvision(key: str, root: Path, split: str, download: bool) -> Datas
             f"{', '.join(str(p) for p in expected_files(key, root, split))}"
         )
     return Dataset(key, x_u8, y, info.n_classes, 255.0, info.mean, info.std)
+
+
+#: The largest float32 below 2**31: the digest's grid values are clamped to it.
+_INT32_EDGE = 2**31 - 128
 
 
 class Samples(Protocol):
@@ -338,5 +383,7 @@ def data_digest(ds: Samples) -> str:
     h.update((torch.round(y * 1024).to(torch.int64) if y.is_floating_point() else y).numpy())  # type: ignore[arg-type]
     for start in range(0, ds.shape[0], 4096):  # in chunks: the samples are never all floats
         chunk = ds.take(slice(start, start + 4096))
-        h.update(torch.round(chunk.cpu() * 1024).to(torch.int32).contiguous().numpy())  # type: ignore[arg-type]
+        # (clamped: a plug-in's large values stay defined; the images' never reach it)
+        grid = torch.round(chunk.cpu() * 1024).clamp_(-_INT32_EDGE, _INT32_EDGE)
+        h.update(grid.to(torch.int32).contiguous().numpy())  # type: ignore[arg-type]
     return h.hexdigest()

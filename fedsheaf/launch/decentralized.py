@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fedsheaf.algorithms import DECENTRALIZED
+from fedsheaf.algorithms import make_algorithm
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
 from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.data.partition import Partition
@@ -47,8 +47,10 @@ def run_decentralized(
 ) -> dict[str, Any] | None:
     """Run a graph-coupled algorithm with one agent per rank; rank 0 returns the summary.
 
-    ``make(agent, nbr, reporter)`` builds the algorithm (default: the registry's entry
-    for ``cfg.algorithm``; fedsheaf.launch.hub passes one that also holds the server).
+    ``make(agent, nbr, reporter)`` builds the algorithm (default: what the registry
+    builds for ``cfg.algorithm`` and ``cfg.algorithm_args``,
+    :func:`~fedsheaf.algorithms.registry.make_algorithm`; fedsheaf.launch.hub passes one
+    that also holds the server).
     ``job`` is the set of ranks that write checkpoints (default ``world``; a hub run's
     whole job, server included) and ``loaded`` what :func:`load_latest` already read
     on it when resuming; ``dataset`` the data set and partition the job already loaded
@@ -64,13 +66,14 @@ def run_decentralized(
     run_path = Path(cfg.output.dir) / cfg.run_name()
     # (a hub run's server checks it, and records it: it commits the checkpoints)
     digest = check_data(world, cfg, ds, run_path) if job is world else None
-    model = experiment.agent_model(cfg, ds, world.rank, world.device)
+    # (a plug-in model that fails its check on one rank stops every rank, in one line)
+    model = world.agree(lambda: experiment.agent_model(cfg, ds, world.rank, world.device, graph))
     agent = Agent(world.rank, cfg, graph, data, model, world.device, steps)
     nbr = Neighbourhood(world.comm, graph.neighbours(world.rank))
     recorder = Recorder(world, None, cfg.train.epochs)
     # built before the run directory is touched: what fails here (an empty pilot set)
     # leaves a run that output.overwrite=true would replace as it was
-    algo = world.agree(lambda: (make or DECENTRALIZED[cfg.algorithm])(agent, nbr, recorder))
+    algo = world.agree(lambda: (make or make_algorithm)(agent, nbr, recorder))
     if job is world:
         run_dir: RunDir | None = world.agree(lambda: open_run_dir(cfg, run_path), root_only=True)
     else:  # the job checked it (and may have written its server's checkpoints since)

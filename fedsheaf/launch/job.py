@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedsheaf.algorithms import algorithm_factory
 from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.launch.decentralized import run_decentralized
 from fedsheaf.launch.hub import run_hub
@@ -51,6 +52,8 @@ def run_job(
     ranks it still ends the job (the others wait in a collective)."""
     world = init_world()
     cfg = world.agree(read_config)
+    if cfg.decentralized:  # an algorithm plug-in that does not import or fit: one line, now
+        world.agree(lambda: algorithm_factory(cfg))
     # again, now MPI is up
     stop_request.install(checkpoints=cfg.checkpoint.every > 0, announce=world.is_root)
     world.agree(lambda: watch_steps(cfg.train.step_timeout))  # (armed once training begins)

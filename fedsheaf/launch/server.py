@@ -571,7 +571,8 @@ def build_runner(cfg: ExperimentConfig, world: World, task: Task, star: Star) ->
     load = list(range(fc.clients)) if moves(cfg, star.n_workers) and not world.is_root else home
     device = torch.device("cpu") if world.is_root else world.device
     data = world.agree(lambda: task.load_clients(load, device))
-    runner = task.make_runner(task.build_model(), data, device)
+    # (a plug-in model that fails its check stops every rank, in one line)
+    runner = world.agree(lambda: task.make_runner(task.build_model(), data, device))
     runner.home = home
     runner.prox_mu = fc.prox_mu
     return runner

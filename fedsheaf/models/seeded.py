@@ -38,8 +38,10 @@ def seeded_init_(model: nn.Module, seed: int) -> nn.Module:
     """Re-initialise ``model``'s parameters in place from ``Generator().manual_seed(seed)``.
 
     Supports Conv/Linear layers (torch's default distributions) and BatchNorm (weight 1,
-    bias 0, fresh running statistics); any other module with parameters is an error, so
-    a new layer type cannot silently keep global-RNG weights.
+    bias 0, fresh running statistics); any other module with parameters of its own is
+    reset by its ``reset_parameters()`` with torch's CPU generator forked and seeded from
+    ``seed`` (a plug-in model's LayerNorm, Embedding, ...); one without that method is an
+    error, so a new layer type cannot silently keep global-RNG weights.
     """
     g = torch.Generator().manual_seed(int(seed))
     for name, module in model.named_modules():
@@ -48,7 +50,17 @@ def seeded_init_(model: nn.Module, seed: int) -> nn.Module:
         elif isinstance(module, nn.modules.batchnorm._BatchNorm):
             module.reset_parameters()
         elif any(True for _ in module.parameters(recurse=False)):
-            raise TypeError(f"seeded_init_ does not know how to initialise {name!r} ({module})")
+            reset = getattr(module, "reset_parameters", None)
+            if not callable(reset):
+                raise TypeError(
+                    f"seeded_init_ does not know how to initialise {name or 'the model'!r} "
+                    f"({type(module).__name__}: parameters of its own, no reset_parameters())"
+                )
+            with torch.random.fork_rng(devices=[]):
+                torch.random.default_generator.manual_seed(
+                    int(torch.randint(2**62, (1,), generator=g))
+                )
+                reset()
     return model
 
 

@@ -176,7 +176,9 @@ def collect(paths: Sequence[str | Path]) -> list[RunRecord]:
             keys = list(entry.get("grid") or {})
         else:  # λ, except for the one method without a cooperation term
             keys = [] if cfg.get("algorithm") in LAMBDA_FREE else ["sheaf.lam"]
-        dims = {int(a["encoder"][-1]) for a in cfg.get("agents") or []}
+        agents = cfg.get("agents") or []
+        # (d of the cnn; a plug-in model's is not in its config: unknown, like unequal ones)
+        dims = {int(a["encoder"][-1]) if a.get("encoder") else None for a in agents}
         records.append(
             RunRecord(
                 d,

@@ -106,7 +106,8 @@ class Study:
     runs: list[Run]
     #: a preset axis: (preset, base config, values), whose run configs the runs name
     preset: tuple[str, str, list[Any]] | None = None
-    #: the data its runs read from files (data set, data root, split), download off
+    #: the data its runs read from files (data set, data root, split), download off: graph
+    #: runs read data.split, server-based runs both splits
     data: set[tuple[str, str, str]] = field(default_factory=set)
 
 
@@ -480,7 +481,9 @@ def _expand(path: Path, extra: list[str], scratch: Path, output: str | Path | No
                 except ConfigError as exc:
                     raise ConfigError(f"study {name}, run {tag}: {exc}") from None
                 if not cfg.data.download:
-                    data.add((cfg.data.dataset, cfg.data.root, cfg.data.split))
+                    graph_run = cfg.decentralized or cfg.hub_based
+                    for split in (cfg.data.split,) if graph_run else ("train", "test"):
+                        data.add((cfg.data.dataset, cfg.data.root, split))
                 runs.append(
                     Run(
                         tag,

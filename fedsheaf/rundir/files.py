@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsheaf import __version__
-from fedsheaf.config.sections import ALGORITHMS, ExperimentConfig, read_yaml
+from fedsheaf.config.sections import ExperimentConfig, is_algorithm_ref, read_yaml
 from fedsheaf.rundir import run_lock
 from fedsheaf.util.atomic import atomic_write_json, atomic_write_text, json_safe
 from fedsheaf.util.errors import ConfigError, WriteError
@@ -98,13 +98,15 @@ def _marker_format(path: Path) -> int | None:
 def is_fedsheaf_config(path: Path) -> bool:
     """Whether ``path`` reads as a fedsheaf config (a run's config.yaml, however old; not
     another tool's): a YAML mapping with a ``name``, whose top-level keys are all
-    fedsheaf's, naming one of its algorithms if any."""
+    fedsheaf's, naming one of its algorithms or an algorithm plug-in if any."""
     try:
         raw = read_yaml(path)
     except ConfigError:
         return False
     known = {f.name for f in dataclasses.fields(ExperimentConfig)}
-    return "name" in raw and set(raw) <= known and raw.get("algorithm", "sheaf_frl") in ALGORITHMS
+    return (
+        "name" in raw and set(raw) <= known and is_algorithm_ref(raw.get("algorithm", "sheaf_frl"))
+    )
 
 
 def owned(path: Path) -> bool:

@@ -39,6 +39,7 @@ from fedsheaf.config.sections import ExperimentConfig, TrainConfig
 from fedsheaf.data.partition import Partition
 from fedsheaf.data.sources import Dataset
 from fedsheaf.graphs import Graph
+from fedsheaf.models.seeded import set_dropout_generator
 from fedsheaf.runtime.experiment import PILOT_BATCH_READERS, agent_network
 from fedsheaf.sheaf.maps import window_batches
 from fedsheaf.util.errors import ConfigError
@@ -157,9 +158,8 @@ def agent_footprint(
     """The footprint of the rank of ``agent`` in a decentralized or hub run (``data``: its
     tensors, as :func:`fedsheaf.runtime.experiment.agent_data` gives them; ``steps``: per
     epoch)."""
-    with torch.device("meta"):
-        model = agent_network(cfg, ds, agent, seed=0)
-    model.set_dropout_generator(torch.Generator())
+    model = _EncodeDecode(_agent_network(cfg, ds, agent))
+    set_dropout_generator(model, torch.Generator())
     sample = tuple(ds.shape[1:])
     n_train, n_pilots = len(part.agents[agent].train), len(part.pilots)
     batch = min(cfg.train.batch_size, n_train)
@@ -179,6 +179,30 @@ def agent_footprint(
         window=window_bytes(cfg, graph, agent, pilots, steps),
         rank=f"agent {agent}",
     )
+
+
+class _EncodeDecode(nn.Module):
+    """An agent's model run as training runs it, ``decode(encode(x))`` (a plug-in agent
+    model need not have a ``forward``)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.decode(self.model.encode(x))  # type: ignore[operator]
+
+
+def _agent_network(cfg: ExperimentConfig, ds: Dataset, agent: int) -> nn.Module:
+    """Agent ``agent``'s model built on ``meta`` (no memory); a plug-in model that cannot
+    be built there is built on the CPU (as ``fedsheaf check`` builds it next anyway)."""
+    try:
+        with torch.device("meta"):
+            return agent_network(cfg, ds, agent, seed=0)
+    except ConfigError:
+        if cfg.agents[agent].is_cnn:
+            raise
+    return agent_network(cfg, ds, agent, seed=0)  # (its errors are the model's own)
 
 
 def window_bytes(cfg: ExperimentConfig, graph: Graph, agent: int, pilots: int, steps: int) -> int:
@@ -238,15 +262,18 @@ def worker_footprint(
     )
 
 
-def refuse_unbuildable(fp: Footprint, available: int | None, key: str) -> None:
+def refuse_unbuildable(
+    fp: Footprint, available: int | None, key: str, narrow: str | None = None
+) -> None:
     """Refuse a model whose parameters, gradients and optimizer state alone exceed the
     ``available`` memory: building it (as ``fedsheaf check`` does, on the CPU) would fail.
-    ``key``: the config key of the model (``agents[0]``)."""
+    ``key``: the config key of the model (``agents[0]``); ``narrow``: the keys that size
+    it (default: the cnn's ``encoder`` and ``head``)."""
     if available is not None and fp.model > available:
         raise ConfigError(
             f"{key}: the model needs {human_bytes(fp.model)} for its parameters, gradients "
             f"and optimizer state, more than the {human_bytes(available)} this machine has "
-            f"available; narrow {key}.encoder or {key}.head"
+            f"available; narrow {narrow or f'{key}.encoder or {key}.head'}"
         )
 
 

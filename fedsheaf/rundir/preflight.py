@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from fedsheaf.algorithms import agent_class
+from fedsheaf.algorithms import HUB_AGENTS, algorithm_factory, build_offline, check_algorithm
+from fedsheaf.algorithms.base import Agent
 from fedsheaf.algorithms.federated import FEDERATED
 from fedsheaf.algorithms.federated.aggregators import make_aggregator
 from fedsheaf.algorithms.federated.protocol import n_selected
@@ -254,22 +255,33 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
     cpu = torch.device("cpu")
     warnings = [ignored_warning(cfg)]
     path = Path(cfg.output.dir) / cfg.run_name()
+    if cfg.decentralized:  # the job resolves it first, as it reads the config
+        algorithm_factory(cfg)
     check_run_path(cfg, path, hold=False)  # the job checks it first, before any data
     if cfg.decentralized or cfg.hub_based:
         graph = hub_graph(cfg, n_ranks) if cfg.hub_based else experiment.build_graph(cfg, n_ranks)
         ds, part = experiment.load_and_partition(cfg)
         fingerprint_data(cfg, data_digest(ds), path)
-        algorithm = agent_class(cfg)
         steps = experiment.steps_per_epoch(cfg, part)
         memory: footprint.Footprint | None = None
         for agent in range(graph.n):
             data = experiment.agent_data(ds, part, agent, cpu)
             if agent == 0:  # (what it checks, the pilots, is the same on every agent)
-                algorithm.check(cfg, data)
+                if cfg.hub_based:
+                    HUB_AGENTS[cfg.algorithm].check(cfg, data)
+                else:
+                    check_algorithm(cfg, data)
             mine = footprint.agent_footprint(cfg, ds, part, graph, agent, data, steps)
             memory = mine if memory is None or mine.total > memory.total else memory
-            footprint.refuse_unbuildable(mine, available_memory_bytes(), f"agents[{agent}]")
-            experiment.agent_model(cfg, ds, agent, cpu)
+            footprint.refuse_unbuildable(
+                mine,
+                available_memory_bytes(),
+                f"agents[{agent}]",
+                None if cfg.agents[agent].is_cnn else f"the model of agents[{agent}].model_args",
+            )
+            model = experiment.agent_model(cfg, ds, agent, cpu, graph)
+            if agent == 0 and cfg.decentralized:  # a plug-in: built once, without neighbours
+                build_offline(Agent(agent, cfg, graph, data, model, cpu, steps))
         warnings += experiment.data_warnings(cfg, part, graph)
         run = describe_graph_run(cfg, graph, ds, steps)
     else:
@@ -279,9 +291,9 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
         make_aggregator(fc)  # (the server builds it next: a name that does not resolve stops here)
         fingerprint_data(cfg, task.fingerprint(), path)
         client = task.load_clients([0], cpu)[0]
-        model = task.build_model()
+        common = task.build_model()
         memory = footprint.worker_footprint(
-            cfg, model, client, clients_held(cfg, n_ranks - 1), task.data_splits()
+            cfg, common, client, clients_held(cfg, n_ranks - 1), task.data_splits()
         )
         run = describe_server_run(cfg, n_ranks - 1, task.describe())
     shown = [w for w in warnings if w is not None]

@@ -8,17 +8,21 @@ travelling over MPI.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
+from torch import nn
 
 from fedsheaf.algorithms.base import AgentData
-from fedsheaf.config.sections import ExperimentConfig
+from fedsheaf.config.sections import EQUAL_DIM_ONLY, ExperimentConfig
+from fedsheaf.data.datasets_registry import load_split, splits_read
 from fedsheaf.data.partition import Partition, label_shift_partition, pilot_then_pools
 from fedsheaf.data.partitions_registry import GRAPH_PARTITIONS, partition_kwargs, run_partition
-from fedsheaf.data.sources import Dataset, load_dataset
+from fedsheaf.data.sources import Dataset
 from fedsheaf.graphs import Graph, load_graph, validate_for_world
-from fedsheaf.models.encoders import AgentModel, build_agent_model
+from fedsheaf.models.encoders import AgentModel
+from fedsheaf.models.registry import build_agent, check_agent_model
+from fedsheaf.models.seeded import set_dropout_generator
 from fedsheaf.util.errors import ConfigError, GraphError
 from fedsheaf.util.hostinfo import singleton_hint
 from fedsheaf.util.seeding import derive_seed
@@ -38,12 +42,33 @@ def build_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:
             f"config lists {len(cfg.agents)} agents but graph {cfg.graph} has {graph.n} nodes"
         )
     for i, agent in enumerate(cfg.agents):
-        if agent.dim != graph.dims[i]:
+        if agent.dim is not None and agent.dim != graph.dims[i]:
             raise ConfigError(
                 f"agents[{i}] has latent dimension {agent.dim} (last encoder width)"
                 f" but graph {cfg.graph} gives node {i} dim {graph.dims[i]}"
             )
+    check_equal_dims(cfg, graph)
     return graph
+
+
+def check_equal_dims(cfg: ExperimentConfig, graph: Graph) -> None:
+    """The methods that need equal latent dimensions get them from the graph file (a
+    plug-in model's d is not in the config: :meth:`ExperimentConfig._check_method`
+    checks the cnn agents' before any rank starts)."""
+    dims = sorted(set(graph.dims))
+    if len(dims) <= 1:
+        return
+    if cfg.algorithm in EQUAL_DIM_ONLY:
+        raise ConfigError(
+            f"algorithm {cfg.algorithm} needs every agent to have the same latent "
+            f"dimension d, but graph {cfg.graph} gives d = {dims}; use "
+            "sheaf_frl, noncoop, comfed or sheaf_fmtl for unequal dimensions"
+        )
+    if cfg.algorithm == "sheaf_frl" and cfg.sheaf.variant == "homogeneous":
+        raise ConfigError(
+            f"sheaf.variant=homogeneous (Algorithm 2) needs equal latent dimensions, but "
+            f"graph {cfg.graph} gives d = {dims}; use sheaf.variant=standard or strict"
+        )
 
 
 def graph_class_warning(cfg: ExperimentConfig, graph: Graph) -> str | None:
@@ -66,17 +91,31 @@ def graph_class_warning(cfg: ExperimentConfig, graph: Graph) -> str | None:
 
 
 def fetch_data(cfg: ExperimentConfig) -> None:
-    """Fetch the data set's missing files (torchvision fetches every split at once). With
-    ``data.download``, one rank calls this before the others read the data root, so
-    that a job's ranks do not all download into the same directory at once."""
-    load_dataset(cfg.data.dataset, cfg.data.root, "train", True, cfg.data.limit)
+    """Fetch the data set's missing files: load the splits the run reads with download
+    (torchvision fetches every split at once). With ``data.download``, one rank calls
+    this before the others read the data root, so that a job's ranks do not all
+    download into the same directory at once."""
+    for split in splits_read(cfg):
+        load_split(cfg.data, split, download=True)
+
+
+def check_agent_classes(cfg: ExperimentConfig, n_classes: int) -> None:
+    """Every agent's target classes are class ids of the data set (``n_classes`` of
+    them): checked once the data set is known, before training."""
+    for i, agent in enumerate(cfg.agents):
+        bad = [c for c in agent.classes if c >= n_classes]
+        if bad:
+            raise ConfigError(
+                f"config key 'agents[{i}].classes' has class ids {bad} outside 0..{n_classes - 1}"
+            )
 
 
 def load_and_partition(cfg: ExperimentConfig) -> tuple[Dataset, Partition]:
     """The global data set T and its partition (identical on every rank): Eq. 23's label
     shift, or pilots then ``data.partition``'s pools (:func:`pilot_then_pools`)."""
     dc = cfg.data
-    ds = load_dataset(dc.dataset, dc.root, dc.split, dc.download, dc.limit)
+    ds = load_split(dc, dc.split)
+    check_agent_classes(cfg, ds.n_classes)
     seed = derive_seed(cfg.seed, "partition")
     if dc.partition.strip() == "label_shift":
         part = label_shift_partition(
@@ -202,24 +241,54 @@ def agent_data(ds: Dataset, part: Partition, agent: int, device: torch.device) -
     return AgentData(xtr, ytr, xva, yva, xte, yte, x_pilot, ds.n_classes, y_pilot)
 
 
-def agent_network(cfg: ExperimentConfig, ds: Dataset, agent: int, seed: int) -> AgentModel:
-    """Agent ``agent``'s encoder and head as its config entry describes them, initialised
-    from ``seed`` (on the default device: the memory estimate builds it on ``meta``)."""
+def model_args(cfg: ExperimentConfig, agent: int) -> dict[str, Any]:
+    """The keyword arguments of agent ``agent``'s model factory: for the built-in cnn its
+    entry's encoder, head and dropout and ``sheaf.whitening``; else ``model_args``."""
     spec = cfg.agents[agent]
-    return build_agent_model(
-        ds.shape[1],
-        spec.encoder,
-        spec.head,
-        spec.dropout,
+    if spec.is_cnn:
+        return {
+            "encoder": spec.encoder,
+            "head": spec.head,
+            "dropout": spec.dropout,
+            "whitening": cfg.sheaf.whitening,
+        }
+    return dict(spec.model_args)
+
+
+def agent_network(cfg: ExperimentConfig, ds: Dataset, agent: int, seed: int) -> nn.Module:
+    """Agent ``agent``'s model as its config entry names it (``agents[i].model``),
+    initialised from ``seed``, unchecked (on the default device: the memory estimate
+    builds it on ``meta``)."""
+    return build_agent(
+        cfg.agents[agent].model,
+        agent,
+        tuple(ds.shape[1:]),
         ds.n_classes,
-        cfg.sheaf.whitening,
-        seed=seed,
+        model_args(cfg, agent),
+        seed,
     )
 
 
-def agent_model(cfg: ExperimentConfig, ds: Dataset, agent: int, device: torch.device) -> AgentModel:
-    """The agent's model, initialised from (seed, agent id), dropout on its own generator."""
-    model = agent_network(cfg, ds, agent, derive_seed(cfg.seed, "model", agent)).to(device)
+def agent_model(
+    cfg: ExperimentConfig,
+    ds: Dataset,
+    agent: int,
+    device: torch.device,
+    graph: Graph | None = None,
+) -> AgentModel:
+    """The agent's model, initialised from (seed, agent id), checked once on the CPU
+    (:func:`~fedsheaf.models.registry.check_agent_model`: its latent size against the
+    dim ``graph`` gives the agent's node; for a plug-in model the graph file is read when
+    ``graph`` is None, the cnn's d is the config's, which :func:`build_graph` checked),
+    then on ``device`` with its dropout on its own generator."""
+    network = agent_network(cfg, ds, agent, derive_seed(cfg.seed, "model", agent))
+    if graph is None and cfg.graph is not None and not cfg.agents[agent].is_cnn:
+        graph = load_graph(cfg.graph)
+    dim = graph.dims[agent] if graph is not None and agent < graph.n else None
+    check_agent_model(
+        network, cfg.agents[agent].model, agent, tuple(ds.shape[1:]), ds.n_classes, dim, cfg.graph
+    )
+    model = network.to(device)
     gen = torch.Generator(device=device).manual_seed(derive_seed(cfg.seed, "dropout", agent))
-    model.set_dropout_generator(gen)
-    return model
+    set_dropout_generator(model, gen)
+    return cast(AgentModel, model)  # (a plug-in's: any module with encode and decode)

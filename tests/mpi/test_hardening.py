@@ -143,7 +143,7 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         ),
         (run + [good, *fm, f"data.root={empty_root}"], "train-images-idx3-ubyte"),
         (run + [good, *fm, f"data.root={torn_root}"], "cannot load dataset 'fashionmnist'"),
-        (run + [good, "data.dataset=imagenet"], "'data.dataset' must be one of"),
+        (run + [good, "data.dataset=imagenet"], "config key 'data.dataset': dataset 'imagenet' is"),
         (run + [good, "output.name=unfinished"], "holds an unfinished run"),
         # the run directory is checked before the data are loaded (the torn files would
         # fail): a long data load does not come before its refusal

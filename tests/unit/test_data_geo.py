@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
+from fedsheaf.data.datasets_registry import load_dataset
 from fedsheaf.data.geo import geo_view, projection_partition, tabular_regression
-from fedsheaf.data.sources import load_dataset
 from fedsheaf.util.errors import ConfigError, DataError
 
 

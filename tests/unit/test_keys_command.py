@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from fedsheaf.algorithms.federated.setup import FEDERATED_MODELS
 from fedsheaf.cli import main as cli
 from fedsheaf.cli.keys import keys
 from fedsheaf.config.schema import describe, to_dict
-from fedsheaf.config.sections import ExperimentConfig, FederatedConfig, load_config
+from fedsheaf.config.sections import AgentConfig, ExperimentConfig, FederatedConfig, load_config
+from fedsheaf.models.registry import AGENT_MODELS, SERVER_MODELS
 from fedsheaf.util.errors import ConfigError
 
 QUICKSTART = "configs/quickstart.yaml"
@@ -32,7 +32,9 @@ def test_every_listed_default_is_accepted_and_is_the_default():
 
 def test_agent_keys_and_constraints_are_listed():
     rows = {r.key: r for r in describe(ExperimentConfig)}
-    assert rows["agents[i].encoder"].default == "(required)"
+    assert rows["agents[i].classes"].default == "(required)"
+    assert rows["agents[i].encoder"].default == "null"  # (required by the built-in cnn)
+    assert rows["agents[i].model"].default == '"cnn"'
     assert rows["agents[i].lr"].allowed == "> 0.0"
     assert rows["data.shift"].allowed == ">= 0.0, <= 1.0"
     assert rows["train.optimizer"].allowed == "sgd | nesterov | adam"
@@ -66,9 +68,10 @@ def test_cli_keys(capsys):
     assert "fedsheaf: error: no config key" in capsys.readouterr().err
 
 
-def test_federated_model_choices_have_builders():
-    (field,) = [f for f in dataclasses.fields(FederatedConfig) if f.name == "model"]
-    assert set(field.metadata["choices"]) == set(FEDERATED_MODELS)
+def test_the_default_models_are_built_ins_of_their_registries():
+    (server,) = [f for f in dataclasses.fields(FederatedConfig) if f.name == "model"]
+    (agent,) = [f for f in dataclasses.fields(AgentConfig) if f.name == "model"]
+    assert server.default in SERVER_MODELS.builtin and agent.default in AGENT_MODELS.builtin
 
 
 def test_every_key_says_what_it_means():

@@ -29,9 +29,10 @@ def _python(code: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
 
 
 def test_import_fedsheaf_and_its_api_names_stay_light() -> None:
+    """(Every name but GeneratorDropout, a torch module: it imports torch.)"""
     proc = _python(
         "import sys, fedsheaf\n"
-        "names = [getattr(fedsheaf, n) for n in fedsheaf.__all__]\n"
+        "names = [getattr(fedsheaf, n) for n in fedsheaf.__all__ if n != 'GeneratorDropout']\n"
         "print(sorted(m for m in ('torch', 'mpi4py') if m in sys.modules))\n"
     )
     assert proc.returncode == 0, proc.stderr

@@ -10,13 +10,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from fedsheaf.config.ranks import check_ranks
 from fedsheaf.config.sections import ExperimentConfig
+from fedsheaf.data.datasets_registry import (
+    clear_cache,
+    dataset_ref,
+    dataset_spec,
+    load_split,
+    paired_splits,
+)
 from fedsheaf.data.partition import client_shards, fedrep_shards
 from fedsheaf.data.partitions_registry import SERVER_PARTITIONS, partition_kwargs, run_partition
-from fedsheaf.data.sources import Dataset, clear_cache, dataset_shape, load_dataset
-from fedsheaf.models.fedrep_cnn import FedRepCNN, build_fedrep_cnn
+from fedsheaf.data.sources import Dataset
+from fedsheaf.models.registry import build_server_model
 from fedsheaf.util.errors import ConfigError
 from fedsheaf.util.seeding import derive_seed
 
@@ -37,19 +45,28 @@ class ClientData:
 
 
 def check_setup(cfg: ExperimentConfig, n_ranks: int) -> None:
-    """Checks that need no data: rank count against clients, data set, shard counts."""
+    """Checks before the clients' data: rank count against clients, data set, shard
+    counts (a built-in data set's classes need no file; a plug-in's train split is
+    loaded for its shape and classes)."""
     fc = cfg.federated
     check_ranks(cfg, n_ranks)
-    if cfg.data.dataset == "digits":
+    if dataset_ref(cfg.data.dataset) == "digits":
         raise ConfigError(
             "data.dataset=digits has no test split and 8x8 images (the FedRep CNN needs "
-            "at least 16x16); use mnist, fashionmnist or cifar10"
+            "at least 16x16), and server-based runs read the train and test splits; use "
+            "mnist, fashionmnist, cifar10 or a data set of your own with both splits"
+        )
+    shape, n_classes = dataset_spec(cfg.data, "train")
+    if fc.augment and len(shape) != 3:
+        raise ConfigError(
+            f"federated.augment (random crop and flip) needs images (C, H, W), but "
+            f"data.dataset={cfg.data.dataset} gives samples of shape {shape}; set "
+            "federated.augment=false"
         )
     if fc.partition.strip() != "shards":
         SERVER_PARTITIONS.resolve(fc.partition)  # a name that does not resolve: one line now
         partition_kwargs(fc.partition, fc.dirichlet_alpha, fc.partition_args, "federated")
         return
-    n_classes = dataset_shape(cfg.data.dataset)[3]
     if fc.classes_per_client > n_classes:
         raise ConfigError(
             f"federated.classes_per_client={fc.classes_per_client} exceeds the "
@@ -66,8 +83,8 @@ def check_setup(cfg: ExperimentConfig, n_ranks: int) -> None:
 def data_splits(cfg: ExperimentConfig) -> tuple[Dataset, Dataset]:
     """The train and test splits the clients' shards are cut from."""
     dc = cfg.data
-    train = load_dataset(dc.dataset, dc.root, "train", dc.download, dc.limit)
-    return train, load_dataset(dc.dataset, dc.root, "test", dc.download, dc.limit)
+    train, test = load_split(dc, "train"), load_split(dc, "test")
+    return paired_splits(train, test, dataset_ref(dc.dataset))
 
 
 def load_clients(
@@ -131,12 +148,12 @@ def load_clients(
     return out
 
 
-#: ``federated.model`` -> its builder (channels, (height, width), classes, seed=...).
-FEDERATED_MODELS = {"fedrep_cnn": build_fedrep_cnn}
-
-
-def build_model(cfg: ExperimentConfig) -> FedRepCNN:
-    """The common initial model (on CPU): every client and the server start from it."""
-    c, h, w, n_classes = dataset_shape(cfg.data.dataset)
-    build = FEDERATED_MODELS[cfg.federated.model]
-    return build(c, (h, w), n_classes, seed=derive_seed(cfg.seed, "model"))
+def build_model(cfg: ExperimentConfig) -> nn.Module:
+    """The common initial model (on CPU) as ``federated.model`` names it
+    (:data:`~fedsheaf.models.registry.SERVER_MODELS`), checked: every client and the
+    server start from it."""
+    shape, n_classes = dataset_spec(cfg.data, "train")
+    fc = cfg.federated
+    return build_server_model(
+        fc.model, shape, n_classes, fc.model_args, derive_seed(cfg.seed, "model")
+    )

@@ -18,7 +18,11 @@ the broadcast vector.
 A head-only phase without augmentation trains the head on the body's features
 computed once (the body is frozen and the model has no dropout or BatchNorm,
 so this is the same computation as running the body on every batch, and much
-cheaper).
+cheaper); a model with dropout or BatchNorm runs its body on every batch. The head
+and body are found from the model's ``HEAD`` attribute
+(:func:`~fedsheaf.models.registry.head_names`); dropout masks
+(:class:`~fedsheaf.models.seeded.GeneratorDropout`) come from a generator of
+(seed, client, round, phase).
 """
 
 from __future__ import annotations
@@ -36,11 +40,19 @@ from fedsheaf.algorithms.federated.schedule import Algorithm, Phase
 from fedsheaf.algorithms.federated.setup import ClientData
 from fedsheaf.config.sections import TrainConfig
 from fedsheaf.data.loaders import batches, n_batches, random_crop_flip
+from fedsheaf.models.registry import body_names, has_seeded_dropout, head_module, head_names
+from fedsheaf.models.seeded import GeneratorDropout, set_dropout_generator
 from fedsheaf.runtime import heartbeat
 from fedsheaf.util.errors import CheckpointError
 from fedsheaf.util.seeding import derive_seed, torch_generator
 
 EVAL_BATCH = 1000
+#: Modules whose output depends on the training mode or the batch.
+_MODE_DEPENDENT = (
+    torch.nn.modules.batchnorm._BatchNorm,
+    torch.nn.modules.dropout._DropoutNd,
+    GeneratorDropout,
+)
 
 
 class ClientRunner:
@@ -52,8 +64,8 @@ class ClientRunner:
         Decides the shared part and the schedules.
     model:
         The common initial model (moved to ``device``); it must provide
-        ``head_names()``, ``body_names()``, ``representation(x)`` and its head
-        module under the attribute named by ``model.HEAD``.
+        ``representation(x)`` and its head module under the attribute named by
+        ``model.HEAD`` (default ``"head"``): :mod:`fedsheaf.models.registry`.
     clients:
         The clients this rank may train, and their data. Its *home* clients
         (:attr:`home`, default: all of them) are the ones it evaluates and saves.
@@ -76,7 +88,7 @@ class ClientRunner:
     def __init__(
         self,
         algorithm: Algorithm,
-        model: Any,  # an nn.Module with head_names(), body_names(), representation(), HEAD
+        model: Any,  # an nn.Module with representation() and a head named by HEAD
         clients: Mapping[int, ClientData],
         train: TrainConfig,
         augment: bool,
@@ -91,10 +103,16 @@ class ClientRunner:
         names = [n for n, _ in self.model.named_parameters()]
         self.parts = {
             "all": names,
-            "head": list(self.model.head_names()),
-            "body": list(self.model.body_names()),
+            "head": head_names(self.model),
+            "body": body_names(self.model),
             "none": [],
         }
+        #: Whether a head-only phase may feed the head features computed once: not where
+        #: dropout or BatchNorm make the body's output depend on the mode or the batch.
+        self.head_features_exact = not any(
+            isinstance(m, _MODE_DEPENDENT) for m in self.model.modules()
+        )
+        self._dropout = has_seeded_dropout(self.model)
         self.shared = ParamSet(self.model, self.parts[algorithm.shared])
         self.private = [n for n in names if n not in set(self.shared.names)]
         self.private_size = ParamSet(self.model, self.private).size
@@ -236,13 +254,24 @@ class ClientRunner:
             for name, p in self.model.named_parameters()
             if name in trainable and name in self._anchor
         ]
-        cached = self.caches_head_features and phase.part == "head" and not self.augment
+        cached = (
+            self.caches_head_features
+            and self.head_features_exact
+            and phase.part == "head"
+            and not self.augment
+        )
         if cached:
-            forward: Any = self.model.get_submodule(self.model.HEAD)
+            forward: Any = head_module(self.model)
             inputs = self._features(data.x_train)
         else:
             forward, inputs = self.model, data.x_train
         gen = torch_generator(self.seed, "augment", client, round_, k) if self.augment else None
+        if self._dropout:  # (a plug-in model's; the FedRep CNN has none)
+            device = next(self.model.parameters()).device
+            drop = torch.Generator(device=device)
+            set_dropout_generator(
+                self.model, drop.manual_seed(derive_seed(self.seed, "dropout", client, round_, k))
+            )
         batch_seed = derive_seed(self.seed, "batches", client, round_, k)
         index = np.arange(data.n_train)
         schedule = self.lr_schedule(

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from fedsheaf.algorithms import DECENTRALIZED, SHEAF_VARIANTS
+from fedsheaf.algorithms import SHEAF_VARIANTS, make_algorithm
 from fedsheaf.algorithms.base import Agent, AgentData, DecentralizedAlgorithm
 from fedsheaf.algorithms.sheaf_frl import SheafFRL
 from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
@@ -98,7 +98,7 @@ def build_algorithm(
         data = experiment.agent_data(s.ds, s.part, agent_id, device)
     model = experiment.agent_model(cfg, s.ds, agent_id, device)
     agent = Agent(agent_id, cfg, s.graph, data, model, device, s.steps)
-    return DECENTRALIZED[cfg.algorithm](agent, nbr, Silent())
+    return make_algorithm(agent, nbr, Silent())
 
 
 class Epochs:
@@ -377,6 +377,7 @@ def scaling(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
     steps = experiment.steps_per_epoch(cfg, part)
     data = experiment.agent_data(ds, part, world.rank, world.device)
     d = cfg.agents[0].dim
+    assert d is not None  # (SCALING_AGENT is the built-in cnn)
     runs: dict[int, tuple[DecentralizedAlgorithm, Any, Epochs]] = {}
     for n in counts:
         active = world.rank < n

@@ -55,7 +55,7 @@ def _device(choice: str) -> str:
 def _has_images(dataset: str, root: str) -> bool:
     from fedsheaf.data.sources import expected_files
 
-    return all(p.exists() for p in expected_files(dataset, root))
+    return all(p.exists() for s in ("train", "test") for p in expected_files(dataset, root, s))
 
 
 def _launcher(

@@ -33,7 +33,8 @@ from fedsheaf.algorithms.federated.task import Task
 from fedsheaf.algorithms.federated.trainer import ClientRunner
 from fedsheaf.config.ranks import check_ranks
 from fedsheaf.config.sections import ExperimentConfig
-from fedsheaf.data.sources import Samples, dataset_shape
+from fedsheaf.data.datasets_registry import dataset_spec
+from fedsheaf.data.sources import Samples
 from fedsheaf.util.errors import CheckpointError, ConfigError
 from fedsheaf.util.seeding import derive_seed
 
@@ -96,15 +97,21 @@ class HeadTask(Task):
             raise ConfigError(
                 f"head.features={self.P} must be at least the {self.C} regression targets"
             )
-        if hc.data == "geo" and dataset_shape(cfg.data.dataset)[1] < 8:
-            raise ConfigError(f"head.data=geo needs images of at least 8x8 ({cfg.data.dataset})")
+        if hc.data == "geo":
+            shape = dataset_spec(cfg.data, "train").shape
+            if len(shape) != 3 or min(shape[1:]) < 8:
+                raise ConfigError(
+                    f"head.data=geo needs images (C, H, W) of at least 8x8; "
+                    f"data.dataset={cfg.data.dataset} gives samples of shape {shape}"
+                )
 
     def data_splits(self) -> tuple[Samples, Samples]:
         return regression_splits(self.cfg)
 
     def load_clients(self, clients: Sequence[int], device: torch.device) -> dict[int, ClientData]:
         data = load_regression_clients(self.cfg, clients, device)
-        shape = dataset_shape(self.cfg.data.dataset)[:3] if self.cfg.head.data == "geo" else (8,)
+        geo = self.cfg.head.data == "geo"
+        shape = dataset_spec(self.cfg.data, "train").shape if geo else (8,)
         self.input_shape = tuple(shape)
         return data
 

@@ -17,8 +17,9 @@ import torch
 from fedsheaf.algorithms.federated.head.objective import target_moments
 from fedsheaf.algorithms.federated.setup import ClientData
 from fedsheaf.config.sections import ExperimentConfig
+from fedsheaf.data.datasets_registry import clear_cache, dataset_ref, load_split
 from fedsheaf.data.geo import RegressionData, geo_view, projection_partition, tabular_regression
-from fedsheaf.data.sources import Dataset, clear_cache, load_dataset
+from fedsheaf.data.sources import Dataset
 from fedsheaf.util.errors import ConfigError
 from fedsheaf.util.seeding import derive_seed, rng
 
@@ -35,8 +36,7 @@ def _holdout(data: RegressionData, fraction: float, seed: int) -> tuple[Regressi
 
 
 def _images(cfg: ExperimentConfig, split: str) -> Dataset:
-    dc = cfg.data
-    return load_dataset(dc.dataset, dc.root, split, dc.download, dc.limit)
+    return load_split(cfg.data, split)
 
 
 def regression_splits(cfg: ExperimentConfig) -> tuple[RegressionData, RegressionData]:
@@ -50,7 +50,7 @@ def regression_splits(cfg: ExperimentConfig) -> tuple[RegressionData, Regression
     if hc.data == "diabetes3":
         return _holdout(tabular_regression("diabetes3"), hc.test_fraction, cfg.seed)  # type: ignore[return-value]
     train = geo_view(_images(cfg, "train").x, seed=derive_seed(cfg.seed, "geo", "train"))
-    if cfg.data.dataset == "digits":
+    if dataset_ref(cfg.data.dataset) == "digits":
         train, test = _holdout(train, hc.test_fraction, cfg.seed)
     else:
         test = geo_view(_images(cfg, "test").x, seed=derive_seed(cfg.seed, "geo", "test"))
