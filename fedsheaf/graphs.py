@@ -454,10 +454,87 @@ def load_graph(path: str | os.PathLike[str]) -> Graph:
 
 
 def validate_for_world(graph: Graph, n_ranks: int) -> None:
-    """Raise :class:`GraphError` unless ``graph`` has one node per agent rank."""
-    if graph.n != n_ranks:
+    """Raise :class:`GraphError` unless the job's ``n_ranks`` can hold ``graph``'s agents:
+    one rank per agent, or fewer ranks holding several agents each (at least one)."""
+    if not 1 <= n_ranks <= graph.n:
         what = f"graph {graph.source}" if graph.source else f"graph {graph.name!r}"
         raise GraphError(
             f"{what} has {graph.n} nodes but the job has {count(n_ranks, 'rank')}; "
-            f"launch with mpiexec -n {graph.n}"
+            f"launch with mpiexec -n {graph.n} (one rank per agent) or fewer ranks "
+            f"(1 to {graph.n}: several agents per rank)"
         )
+
+
+#: How :func:`place_agents` assigns agents to ranks (config key ``train.placement``).
+PLACEMENTS = ("contiguous", "min_cut")
+
+
+def _block_sizes(n: int, parts: int) -> list[int]:
+    """``n`` items in ``parts`` blocks as even as possible, the larger blocks first."""
+    return [n // parts + (1 if k < n % parts else 0) for k in range(parts)]
+
+
+def _min_cut_split(g: nx.Graph, nodes: list[int], parts: int) -> list[list[int]]:
+    """``nodes`` in ``parts`` groups of :func:`_block_sizes` sizes with few edges cut: the
+    contiguous blocks, improved by recursive Kernighan-Lin bisection (which swaps pairs of
+    nodes, so the sizes stay as they start). Deterministic: networkx's seed is fixed."""
+    if parts == 1:
+        return [sorted(nodes)]
+    left_parts = (parts + 1) // 2
+    n_left = sum(_block_sizes(len(nodes), parts)[:left_parts])
+    start = (set(nodes[:n_left]), set(nodes[n_left:]))
+    a, b = nx.algorithms.community.kernighan_lin_bisection(
+        g.subgraph(nodes), partition=start, max_iter=20, seed=0
+    )
+    if len(a) != n_left or (len(b) == n_left and min(b) < min(a)):
+        a, b = b, a  # (networkx returns the two sides in either order)
+    return _min_cut_split(g, sorted(a), left_parts) + _min_cut_split(
+        g, sorted(b), parts - left_parts
+    )
+
+
+def place_agents(
+    graph: Graph, n_ranks: int, strategy: str = "contiguous"
+) -> tuple[tuple[int, ...], ...]:
+    """The agents each of ``n_ranks`` ranks holds (agent ids in increasing order).
+
+    ``contiguous``: blocks of consecutive ids, the first ``n % n_ranks`` ranks one agent
+    more. ``min_cut``: blocks of the same sizes chosen to cut few graph edges (edges
+    between ranks are what crosses MPI). With ``n_ranks == graph.n`` both give rank i
+    agent i. A pure function of the graph and its arguments, so every rank computes the
+    same placement.
+    """
+    validate_for_world(graph, n_ranks)
+    if strategy not in PLACEMENTS:
+        raise GraphError(f"unknown placement {strategy!r}; valid: {', '.join(PLACEMENTS)}")
+    if strategy == "min_cut" and n_ranks < graph.n:
+        g = nx.Graph()
+        g.add_nodes_from(range(graph.n))
+        g.add_edges_from(graph.edges)
+        return tuple(tuple(b) for b in _min_cut_split(g, list(range(graph.n)), n_ranks))
+    blocks, start = [], 0
+    for size in _block_sizes(graph.n, n_ranks):
+        blocks.append(tuple(range(start, start + size)))
+        start += size
+    return tuple(blocks)
+
+
+def cut_edges(graph: Graph, placement: Sequence[Sequence[int]]) -> int:
+    """How many of ``graph``'s edges join agents on different ranks."""
+    owner = {i: r for r, agents in enumerate(placement) for i in agents}
+    return sum(owner[i] != owner[j] for i, j in graph.edges)
+
+
+def describe_placement(
+    graph: Graph, placement: Sequence[Sequence[int]], strategy: str = "contiguous"
+) -> str:
+    """``"15 agents on 3 ranks (5 per rank, contiguous; 34 of 42 edges between ranks)"``,
+    or ``"one agent per rank"``."""
+    if len(placement) == graph.n:
+        return "one agent per rank"
+    sizes = sorted({len(b) for b in placement})
+    per = str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]} to {sizes[-1]}"
+    return (
+        f"{count(graph.n, 'agent')} on {count(len(placement), 'rank')} ({per} per rank, "
+        f"{strategy}; {cut_edges(graph, placement)} of {len(graph.edges)} edges between ranks)"
+    )

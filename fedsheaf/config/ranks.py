@@ -14,11 +14,12 @@ from fedsheaf.util.units import count, human_bytes
 
 
 def ranks_needed(cfg: ExperimentConfig) -> tuple[int, int]:
-    """The fewest and the most ranks ``cfg`` can run with (equal for a graph run)."""
+    """The fewest and the most ranks ``cfg`` can run with: a decentralized run 1 to N
+    (agents share ranks below N), a hub run N + 1, a server-based run 2 to clients + 1."""
     if cfg.decentralized or cfg.hub_based:
         assert cfg.graph is not None  # ExperimentConfig.check requires it of graph runs
-        n = load_graph(cfg.graph).n + (1 if cfg.hub_based else 0)
-        return n, n
+        n = load_graph(cfg.graph).n
+        return (n + 1, n + 1) if cfg.hub_based else (1, n)
     return 2, cfg.federated.clients + 1
 
 

@@ -175,6 +175,12 @@ class TrainConfig:
         choices=("auto", "cpu", "cuda"),
         doc="auto: a GPU per node-local rank where CUDA is visible, else the CPU",
     )
+    placement: str = spec(
+        "contiguous",
+        choices=("contiguous", "min_cut"),
+        doc="graph runs on fewer ranks than agents: which agents share a rank (contiguous: "
+        "blocks of consecutive ids; min_cut: blocks that cut few graph edges)",
+    )
     step_timeout: float | None = spec(
         None,
         lo=0.0,

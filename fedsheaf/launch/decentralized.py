@@ -11,6 +11,7 @@ from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
 from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.data.partition import Partition
 from fedsheaf.data.sources import Dataset
+from fedsheaf.graphs import describe_placement, place_agents
 from fedsheaf.rundir import checkpoint
 from fedsheaf.rundir.files import RunDir
 from fedsheaf.rundir.lifecycle import (
@@ -29,7 +30,7 @@ from fedsheaf.rundir.preflight import (
 from fedsheaf.rundir.progress import Recorder, accuracies, agent_table
 from fedsheaf.rundir.tensorboard import Board
 from fedsheaf.runtime import experiment
-from fedsheaf.runtime.topology import Neighbourhood
+from fedsheaf.runtime.colocated import LocalAgents
 from fedsheaf.runtime.world import (
     World,
 )
@@ -45,7 +46,8 @@ def run_decentralized(
     loaded: Loaded | None = None,
     dataset: tuple[Dataset, Partition] | None = None,
 ) -> dict[str, Any] | None:
-    """Run a graph-coupled algorithm with one agent per rank; rank 0 returns the summary.
+    """Run a graph-coupled algorithm, its agents placed on the ranks (one per rank, or
+    several: ``train.placement``); rank 0 returns the summary.
 
     ``make(agent, nbr, reporter)`` builds the algorithm (default: what the registry
     builds for ``cfg.algorithm`` and ``cfg.algorithm_args``,
@@ -58,22 +60,31 @@ def run_decentralized(
     """
     job = job or world
     graph = world.agree(lambda: experiment.build_graph(cfg, world.size))
+    placement = place_agents(graph, world.size, cfg.train.placement)
     ds, part = dataset or world.agree(lambda: experiment.load_and_partition(cfg))
-    data = world.agree(lambda: experiment.agent_data(ds, part, world.rank, world.device))
     steps = experiment.steps_per_epoch(cfg, part)
     for warning in experiment.data_warnings(cfg, part, graph):
         world.warn(warning)
     run_path = Path(cfg.output.dir) / cfg.run_name()
     # (a hub run's server checks it, and records it: it commits the checkpoints)
     digest = check_data(world, cfg, ds, run_path) if job is world else None
-    # (a plug-in model that fails its check on one rank stops every rank, in one line)
-    model = world.agree(lambda: experiment.agent_model(cfg, ds, world.rank, world.device, graph))
-    agent = Agent(world.rank, cfg, graph, data, model, world.device, steps)
-    nbr = Neighbourhood(world.comm, graph.neighbours(world.rank))
     recorder = Recorder(world, None, cfg.train.epochs)
+    local = LocalAgents(world.comm, graph, placement, recorder.rank_epoch)
+
+    def build() -> list[DecentralizedAlgorithm]:
+        algos = []
+        for i, nbr, reporter in zip(local.ids, local.nbrs, local.reporters, strict=True):
+            data = experiment.agent_data(ds, part, i, world.device)
+            # (a plug-in model that fails its check stops every rank, in one line)
+            model = experiment.agent_model(cfg, ds, i, world.device, graph)
+            agent = Agent(i, cfg, graph, data, model, world.device, steps)
+            algos.append((make or make_algorithm)(agent, nbr, reporter))
+        return algos
+
     # built before the run directory is touched: what fails here (an empty pilot set)
     # leaves a run that output.overwrite=true would replace as it was
-    algo = world.agree(lambda: (make or make_algorithm)(agent, nbr, recorder))
+    algos = world.agree(build)
+    algo = algos[0]
     if job is world:
         run_dir: RunDir | None = world.agree(lambda: open_run_dir(cfg, run_path), root_only=True)
     else:  # the job checked it (and may have written its server's checkpoints since)
@@ -82,7 +93,9 @@ def run_decentralized(
     first_epoch, resumed_state = 0, None
     if cfg.checkpoint.resume:
         loaded = loaded or load_latest(job, cfg, run_path)
-        first_epoch = restore(world, run_path, algo, nbr, recorder, loaded)
+        first_epoch = restore(
+            world, run_path, lambda state: local.load(algos, state), recorder, loaded
+        )
         resumed_state = loaded[1]
     if run_dir is not None:
         settle_config(run_dir, cfg)
@@ -91,7 +104,8 @@ def run_decentralized(
     world.barrier()  # an earlier launch's failed.json is gone before any rank may write one
     follow_run_dir(run_path)
     world.log(
-        f"fedsheaf: {describe_graph_run(cfg, graph, ds, steps)}, device {world.device}, "
+        f"fedsheaf: {describe_graph_run(cfg, graph, ds, steps)}, "
+        f"{describe_placement(graph, placement, cfg.train.placement)}, device {world.device}, "
         f"{count(world.threads, 'thread')} per rank, seed {cfg.seed}"
     )
     if run_dir is not None:
@@ -100,18 +114,19 @@ def run_decentralized(
     clock.resumed(resumed_state)
 
     def state() -> dict[str, Any]:
-        out = {"algorithm": algo.state_dict(), "bytes_total": dict(nbr.bytes_total)}
+        out = local.state(algos)
         if world.is_root:
             out["history"] = recorder.history
             out[clock.KEY] = clock.total()
         return out
 
     try:
-        algo.run(first_epoch, checkpointer(cfg, job, run_path, state, digest))
+        local.run(algos, first_epoch, checkpointer(cfg, job, run_path, state, digest))
     finally:
         recorder.close()
     elapsed = clock.stop()
-    nbr.free()
+    mpi_bytes = world.gather(local.mpi_bytes())
+    local.free()
     peaks = world.peak_memory()  # (a hub's agents: not its server)
     if not world.is_root or recorder.last is None or peaks is None:
         return None
@@ -128,6 +143,9 @@ def run_decentralized(
         agents=final["agents"],
         bytes_sent_total=sum(r["bytes_sent"] for r in recorder.history),
         memory=peaks,
+        ranks=world.size,
+        agents_per_rank=[len(block) for block in placement],
+        mpi_bytes_total=sum(mpi_bytes or []),
     )
     for key in ("server_bytes_sent", "server_bytes_received"):  # the centralized baselines
         if all(key in r for r in recorder.history):  # not for runs resumed from before it
@@ -141,5 +159,3 @@ def run_decentralized(
         world.log("\n" + "  ".join(f"{k} {v}" for k, v in extras.items()))
     world.log(f"\nnetwork: {accuracies(summary)}  [{clock.describe()}; results in {run_dir.path}]")
     return summary
-
-

@@ -9,7 +9,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fedsheaf.algorithms.base import DecentralizedAlgorithm
 from fedsheaf.config.sections import ExperimentConfig, dump_config
 from fedsheaf.data.sources import Dataset, data_digest
 from fedsheaf.rundir import checkpoint, run_lock
@@ -32,7 +31,6 @@ from fedsheaf.rundir.progress import Recorder
 from fedsheaf.rundir.resume import GRAPH_COPY, experiment_keys, load_run_config
 from fedsheaf.runtime import stop_request
 from fedsheaf.runtime.stop_request import NOTE_ENV, SIGNAL
-from fedsheaf.runtime.topology import Neighbourhood
 from fedsheaf.runtime.world import (
     World,
     note_run_dir,
@@ -146,19 +144,18 @@ def load_latest(job: World, cfg: ExperimentConfig, run_path: Path) -> Loaded:
 def restore(
     world: World,
     run_path: Path,
-    algo: DecentralizedAlgorithm,
-    nbr: Neighbourhood,
+    install: Callable[[dict[str, Any]], None],
     recorder: Recorder,
     loaded: Loaded,
 ) -> int:
-    """Install the loaded checkpoint on every agent; returns the epochs already done."""
+    """Install the loaded checkpoint on this rank's agents (``install(state)``: this
+    rank's state in it); returns the epochs already done."""
     ckpt, state = loaded
     history: list[dict[str, Any]] = []
     if ckpt is None or state is None:
         world.log(f"fedsheaf: no complete checkpoint in {run_path}; starting from epoch 1")
     else:
-        world.agree(lambda: algo.load_state_dict(state["algorithm"]))
-        nbr.bytes_total = dict(state["bytes_total"])
+        world.agree(lambda: install(state))
         history = state.get("history", [])
         world.log(f"fedsheaf: resuming {run_path} after epoch {ckpt.epoch}")
     if world.is_root:  # metrics of epochs after the checkpoint are written again

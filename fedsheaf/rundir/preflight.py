@@ -87,7 +87,8 @@ def hub_graph(cfg: ExperimentConfig, n_ranks: int) -> Graph:
     n = load_graph(cfg.graph).n
     if n_ranks != n + 1:
         raise ConfigError(
-            f"algorithm {cfg.algorithm} needs one rank per agent plus a server rank: "
+            f"algorithm {cfg.algorithm} needs one rank per agent (its agents do not share "
+            "ranks) plus a server rank: "
             f"launch with mpiexec -n {n + 1} (the job has {count(n_ranks, 'rank')})"
             + singleton_hint(n_ranks)
         )

@@ -43,9 +43,17 @@ class Recorder:
         self.last = next((r for r in reversed(self.history) if "private_acc" in r), None)
 
     def epoch(self, record: dict[str, Any]) -> None:
-        records = self.world.gather(record)
+        """Take this rank's one agent's record of the epoch (see :meth:`rank_epoch`)."""
+        self.rank_epoch([record])
+
+    def rank_epoch(self, mine: list[dict[str, Any]]) -> None:
+        """Take the epoch records of this rank's agents; rank 0 gathers every rank's and
+        writes the epoch's line, agents in id order (whatever ranks held them)."""
+        gathered = self.world.gather(mine)
         if not self.world.is_root:
             return
+        records = sorted((r for rank in gathered for r in rank), key=lambda r: r["agent"])
+        record = records[0]
         line: dict[str, Any] = {
             "epoch": record["epoch"],
             "loss": sum(r["loss"] for r in records) / len(records),

@@ -10,12 +10,16 @@ import pytest
 
 from fedsheaf.config.presets import TABLE2
 from fedsheaf.graphs import (
+    PLACEMENTS,
     Graph,
     class_overlap_graph,
     complete,
+    cut_edges,
+    describe_placement,
     erdos_renyi,
     load_graph,
     pair,
+    place_agents,
     ring,
     save_graph,
     validate_for_world,
@@ -343,12 +347,45 @@ def test_validate_for_world(tmp_path: Path) -> None:
     path = tmp_path / "x.yaml"
     save_graph(ring([4, 4, 4, 4]), path)
     g = load_graph(path)
-    validate_for_world(g, 4)
+    for n_ranks in (1, 2, 3, 4):  # one rank per agent, or several agents per rank
+        validate_for_world(g, n_ranks)
     with pytest.raises(GraphError) as info:
         validate_for_world(g, 5)
     assert str(info.value) == (
-        f"graph {path} has 4 nodes but the job has 5 ranks; launch with mpiexec -n 4"
+        f"graph {path} has 4 nodes but the job has 5 ranks; launch with mpiexec -n 4 (one "
+        "rank per agent) or fewer ranks (1 to 4: several agents per rank)"
     )
-    with pytest.raises(GraphError, match="graph 'ring' has 4 nodes but the job has 3 ranks"):
-        validate_for_world(ring([4, 4, 4, 4]), 3)
+    with pytest.raises(GraphError, match="graph 'ring' has 4 nodes but the job has 0 ranks"):
+        validate_for_world(ring([4, 4, 4, 4]), 0)
     assert issubclass(GraphError, FedsheafError)
+
+
+@pytest.mark.parametrize("strategy", PLACEMENTS)
+@pytest.mark.parametrize("n_ranks", [1, 2, 3, 4, 5, 7, 15])
+def test_place_agents_blocks(strategy: str, n_ranks: int) -> None:
+    g = load_graph(Path(__file__).resolve().parents[2] / "graphs" / "mnist15.yaml")
+    placement = place_agents(g, n_ranks, strategy)
+    assert sorted(i for block in placement for i in block) == list(range(15))
+    sizes = [len(b) for b in placement]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] - sizes[-1] <= 1
+    assert all(list(b) == sorted(b) for b in placement)
+    assert placement == place_agents(g, n_ranks, strategy)  # the same on every rank
+    if n_ranks == 15:
+        assert placement == tuple((i,) for i in range(15))
+    if strategy == "contiguous":
+        assert [i for b in placement for i in b] == list(range(15))
+
+
+@pytest.mark.parametrize("n_ranks", [2, 3, 5])
+def test_min_cut_placement_cuts_fewer_edges(n_ranks: int) -> None:
+    g = load_graph(Path(__file__).resolve().parents[2] / "graphs" / "mnist15.yaml")
+    contiguous = cut_edges(g, place_agents(g, n_ranks, "contiguous"))
+    assert cut_edges(g, place_agents(g, n_ranks, "min_cut")) < contiguous
+
+
+def test_describe_placement() -> None:
+    g = ring([4, 4, 4, 4])
+    assert describe_placement(g, place_agents(g, 4)) == "one agent per rank"
+    assert describe_placement(g, place_agents(g, 2)) == (
+        "4 agents on 2 ranks (2 per rank, contiguous; 2 of 4 edges between ranks)"
+    )
