@@ -291,7 +291,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 #: Wall-clock fields of metrics and summaries: never equal between two runs.
-TIMING = ("seconds", "train_seconds", "wall_seconds", "memory")
+#: keys that differ between runs of the same numbers: timings, memory, and the bytes that
+#: crossed MPI (which depend on how many ranks held the agents)
+TIMING = ("seconds", "train_seconds", "wall_seconds", "memory", "mpi_bytes_sent")
 
 
 def untimed(obj: object) -> object:

@@ -31,6 +31,7 @@ from fedsheaf.ops.bench.driver import (
 from fedsheaf.ops.bench.plan import (
     CASE_NAMES,
     DATASETS,
+    DEFAULT_CASES,
     FEDREP_DATASET,
     SIZES,
     parse_counts,
@@ -79,7 +80,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "cases",
         nargs="*",
         metavar="CASE",
-        help=f"cases to run (default: all): {', '.join(CASE_NAMES)}",
+        help=f"cases to run: {', '.join(CASE_NAMES)} (default: all but placement, N agents "
+        "on R ranks, which runs seven launches of its own)",
     )
     parser.add_argument(
         "--size", default="small", choices=SIZES, help="problem sizes (default: %(default)s)"
@@ -167,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("run fedsheaf bench from the repository root (no configs/ here)")
     if args.budget is not None and args.budget <= 0:
         raise ConfigError(f"--budget must be a positive number of seconds, got {args.budget}")
-    cases = args.cases or list(CASE_NAMES)
+    cases = args.cases or list(DEFAULT_CASES)
     device = _device(args.device)
     dataset = args.dataset or DATASETS[0]
     notes, images, fedrep = data_notes(cases, dataset, args.data_root)

@@ -46,7 +46,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="the job's rank count (mpiexec -n N); default: SLURM_NTASKS inside an "
         "allocation, else that of the job that checkpointed the run being resumed, else "
-        "the count the config needs (server-based algorithms: required)",
+        "the count the config needs (decentralized: one rank per agent, fewer ranks "
+        "holding several agents each with -n; server-based algorithms: required)",
     )
     parser.add_argument(
         "--resume", metavar="RUN_DIR", help="check resuming RUN_DIR (fedsheaf run --resume)"
@@ -89,7 +90,7 @@ def byte_size(text: str) -> int:
 def job_ranks(given: int | None, cfg: ExperimentConfig) -> tuple[int, str]:
     """The rank count to check and where it came from: ``-n``, else the allocation's,
     else that of the job that checkpointed the run being resumed, else the one the
-    config needs."""
+    config needs (a decentralized config, which takes 1 to N: N, one rank per agent)."""
     if given is not None:
         if given < 1:
             raise ConfigError(f"-n must be a positive rank count, got {given}")
@@ -106,6 +107,8 @@ def job_ranks(given: int | None, cfg: ExperimentConfig) -> tuple[int, str]:
     lo, hi = ranks_needed(cfg)
     if lo == hi:
         return lo, ""
+    if cfg.decentralized:  # 1 to N: one rank per agent (the placement line says the rest)
+        return hi, ""
     raise ConfigError(
         f"give the job's rank count with -n N (this config takes {rank_range((lo, hi))} ranks)"
     )
@@ -180,6 +183,8 @@ def run(args: argparse.Namespace) -> int:
     for warning in warnings:
         logger.warning(warning)
     print(f"fedsheaf check: ok for {count(n, 'rank')}{source}: {verdict.run}")
+    for line in verdict.placement:
+        print(f"fedsheaf check: {line}")
     for line in plugins:
         print(f"fedsheaf check: uses {line}")
     if verdict.memory is not None:

@@ -53,6 +53,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="extra config override for every run (repeatable)",
     )
     parser.add_argument(
+        "--agents-per-rank",
+        type=positive,
+        metavar="K",
+        help="run each decentralized method without its own 'ranks' on ceil(N/K) ranks, K "
+        "of its N agents a rank (e.g. 100 agents, K=13: 8 ranks; --emit asks for that "
+        "many tasks); default: one rank per agent. Hub (fedproto, fedmuscle) and "
+        "server-based methods keep their counts",
+    )
+    parser.add_argument(
         "--launcher",
         type=launcher_template,
         help="launcher prefix for --emit; {n} is the rank count (e.g. 'srun -n {n}'; "
@@ -101,7 +110,9 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and args.emit is None:
             raise ConfigError(f"option {option} applies only to --emit (the job arrays' lists)")
     dry = not args.local and args.emit is None
-    study = expand(args.study, args.set, write=False, output=args.out)
+    study = expand(
+        args.study, args.set, write=False, output=args.out, agents_per_rank=args.agents_per_rank
+    )
     if dry:
         for r in study.runs:
             print(shlex.join(r.argv(["mpiexec", "-n", str(r.ranks)], ["fedsheaf"])))

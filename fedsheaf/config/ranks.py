@@ -76,9 +76,16 @@ def gpus_per_task(device: str, given: int | None = None) -> int:
 
 
 def rank_roles(cfg: ExperimentConfig, n_ranks: int) -> str:
-    """What the ``n_ranks`` ranks of ``cfg``'s job are, in words."""
+    """What the ``n_ranks`` ranks of ``cfg``'s job are, in words: ``1 per agent``, or
+    for a decentralized run on fewer ranks than agents ``5 agents each`` (``3 to 4
+    agents each``: the sizes :func:`fedsheaf.graphs.place_agents` gives)."""
     if cfg.decentralized:
-        return "1 per agent"
+        assert cfg.graph is not None  # ExperimentConfig.check requires it of graph runs
+        n = load_graph(cfg.graph).n
+        if n_ranks >= n:
+            return "1 per agent"
+        lo, hi = n // n_ranks, -(-n // n_ranks)
+        return f"{lo if lo == hi else f'{lo} to {hi}'} agents each, {n} in all"
     if cfg.hub_based:
         return "1 per agent + 1 server"
     return f"1 server + {count(n_ranks - 1, 'worker')}"

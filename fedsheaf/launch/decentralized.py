@@ -70,16 +70,18 @@ def run_decentralized(
     digest = check_data(world, cfg, ds, run_path) if job is world else None
     recorder = Recorder(world, None, cfg.train.epochs)
     local = LocalAgents(world.comm, graph, placement, recorder.rank_epoch)
+    pilots = experiment.pilot_data(ds, part, world.device)  # (one copy for the rank's agents)
+
+    def build_one(i: int, nbr: Any, reporter: Any) -> DecentralizedAlgorithm:
+        data = experiment.agent_data(ds, part, i, world.device, pilots)
+        # (a plug-in model that fails its check stops every rank, in one line)
+        model = experiment.agent_model(cfg, ds, i, world.device, graph)
+        agent = Agent(i, cfg, graph, data, model, world.device, steps)
+        return (make or make_algorithm)(agent, nbr, reporter)
 
     def build() -> list[DecentralizedAlgorithm]:
-        algos = []
-        for i, nbr, reporter in zip(local.ids, local.nbrs, local.reporters, strict=True):
-            data = experiment.agent_data(ds, part, i, world.device)
-            # (a plug-in model that fails its check stops every rank, in one line)
-            model = experiment.agent_model(cfg, ds, i, world.device, graph)
-            agent = Agent(i, cfg, graph, data, model, world.device, steps)
-            algos.append((make or make_algorithm)(agent, nbr, reporter))
-        return algos
+        # (agents sharing a rank build in turn, as they train: a constructor may exchange)
+        return local.build(build_one)
 
     # built before the run directory is touched: what fails here (an empty pilot set)
     # leaves a run that output.overwrite=true would replace as it was
@@ -92,7 +94,8 @@ def run_decentralized(
     recorder.run_dir = run_dir
     first_epoch, resumed_state = 0, None
     if cfg.checkpoint.resume:
-        loaded = loaded or load_latest(job, cfg, run_path)
+        # (a hub run's job resumes on the rank count it wrote: it read its checkpoint)
+        loaded = loaded or load_latest(job, cfg, run_path, placement if job is world else None)
         first_epoch = restore(
             world, run_path, lambda state: local.load(algos, state), recorder, loaded
         )
@@ -121,11 +124,13 @@ def run_decentralized(
         return out
 
     try:
-        local.run(algos, first_epoch, checkpointer(cfg, job, run_path, state, digest))
+        saving = checkpointer(
+            cfg, job, run_path, state, digest, placement if job is world else None
+        )
+        local.run(algos, first_epoch, saving)
     finally:
         recorder.close()
     elapsed = clock.stop()
-    mpi_bytes = world.gather(local.mpi_bytes())
     local.free()
     peaks = world.peak_memory()  # (a hub's agents: not its server)
     if not world.is_root or recorder.last is None or peaks is None:
@@ -145,8 +150,9 @@ def run_decentralized(
         memory=peaks,
         ranks=world.size,
         agents_per_rank=[len(block) for block in placement],
-        mpi_bytes_total=sum(mpi_bytes or []),
     )
+    if all("mpi_bytes_sent" in r for r in recorder.history):  # (not for runs from before it)
+        summary["mpi_bytes_total"] = sum(r["mpi_bytes_sent"] for r in recorder.history)
     for key in ("server_bytes_sent", "server_bytes_received"):  # the centralized baselines
         if all(key in r for r in recorder.history):  # not for runs resumed from before it
             summary[f"{key}_total"] = sum(r[key] for r in recorder.history)

@@ -30,6 +30,7 @@ from fedsheaf.runtime.world import (
     watch_steps,
 )
 from fedsheaf.util.errors import FedsheafError
+from fedsheaf.util.hostinfo import lone_task
 
 
 def main(config_path: str | None, overrides: list[str], resume_dir: str | None = None) -> int:
@@ -51,6 +52,7 @@ def run_job(
     and a user error raised mid-run on a one-rank job raises as it is; on a job of several
     ranks it still ends the job (the others wait in a collective)."""
     world = init_world()
+    world.agree(lambda: _refuse_lone_task(world.size))  # (one rank may hold every agent)
     cfg = world.agree(read_config)
     if cfg.decentralized:  # an algorithm plug-in that does not import or fit: one line, now
         world.agree(lambda: algorithm_factory(cfg))
@@ -107,6 +109,13 @@ def run_job(
     summary = world.comm.bcast(summary, root=holders.index(True)) if any(holders) else None
     leaving()
     return 0, summary, run_path
+
+
+def _refuse_lone_task(n_ranks: int) -> None:
+    """srun's tasks that MPI made jobs of one rank each would each run the whole run."""
+    why = lone_task(n_ranks)
+    if why is not None:
+        raise FedsheafError(why)
 
 
 def _written_summary(run_path: Path) -> dict[str, Any] | None:

@@ -18,10 +18,12 @@ agents at bottleneck ``d`` on a pair graph of that ``d`` (``graphs/pair-d<d>.yam
 
 Every run is ``method × axis value × grid point × seed`` and becomes the command
 ``mpiexec -n N fedsheaf run <config> key=value...`` with its own ``output.name`` under
-``<sweep dir>/runs``. ``N`` is the one rank count a graph method's runs take (one rank
-per graph node, plus a server rank for FedProto and FedMuscle; a method's ``ranks``, if
-given, must be that count); a server-based method names its own (``ranks: 11``: a
-server and 1 to ``federated.clients`` workers). ``study.json`` in the sweep directory
+``<sweep dir>/runs``. A decentralized method's runs take one rank per graph node by
+default, or fewer holding several agents each: a method's ``ranks`` (1 to the node
+count), or ``fedsheaf sweep --agents-per-rank K`` (ceil(nodes / K) ranks); FedProto and
+FedMuscle take one rank per node plus a server rank (a method's ``ranks``, if given,
+must be that count); a server-based method names its own (``ranks: 11``: a server and
+1 to ``federated.clients`` workers). ``study.json`` in the sweep directory
 (:func:`write_manifest`) records every run for ``fedsheaf report``; :mod:`fedsheaf.ops.sweep`
 runs them or lists them.
 """
@@ -222,16 +224,19 @@ def expand(
     extra: list[str] | None = None,
     write: bool = True,
     output: str | Path | None = None,
+    agents_per_rank: int | None = None,
 ) -> Study:
     """Read a study file and list its runs (validating every run's config).
 
     ``extra`` overrides go to every run, after the study's own. ``output`` replaces the
-    study's sweep directory. A preset axis's run configs and graphs are validated in a
-    scratch folder; once every run is valid, ``write`` writes them into the sweep
-    directory (:func:`write_presets`), where the runs name them.
+    study's sweep directory. ``agents_per_rank`` K runs a decentralized method without
+    its own ``ranks`` on ceil(N / K) ranks (N agents; default one rank per agent). A
+    preset axis's run configs and graphs are validated in a scratch folder; once every
+    run is valid, ``write`` writes them into the sweep directory
+    (:func:`write_presets`), where the runs name them.
     """
     with tempfile.TemporaryDirectory(prefix="fedsheaf-sweep-") as scratch:
-        study = _expand(Path(study_path), list(extra or []), Path(scratch), output)
+        study = _expand(Path(study_path), list(extra or []), Path(scratch), output, agents_per_rank)
     if write:
         write_presets(study)
     return study
@@ -317,10 +322,12 @@ def _ranks(
     where: str,
     tag: str,
     known: dict[Any, tuple[int, int]],
+    agents_per_rank: int | None = None,
 ) -> int:
     """The rank count of run ``tag`` of ``method``: its ``ranks``, checked against the
-    run as the job would check it; without one, the one count the run takes (a graph
-    run, or a server-based run with a single client), else an error.
+    run as the job would check it; without one, a decentralized run's one rank per agent
+    (``agents_per_rank`` K: ceil(N / K) ranks), the one count a hub run or a server-based
+    run with a single client takes, else an error.
 
     ``known`` keeps what ``ranks_needed`` said for each graph file and client count, so
     that a study reads each graph once.
@@ -331,7 +338,9 @@ def _ranks(
     (lo, hi), n = known[key], method.ranks
     needed = rank_range(known[key])
     graph_run = cfg.decentralized or cfg.hub_based
-    if n is None and lo == hi:  # a graph run, or a server and a single client
+    if n is None and cfg.decentralized:  # 1 to N ranks: N by default
+        return hi if agents_per_rank is None else -(-hi // agents_per_rank)
+    if n is None and lo == hi:  # a hub run, or a server and a single client
         return lo
     if n is None:
         raise ConfigError(
@@ -340,12 +349,17 @@ def _ranks(
             f"{count(cfg.federated.clients, 'client')}); choose how many with the method's "
             "'ranks'"
         )
-    if graph_run and n != lo:
-        roles = "one per graph node" + (" plus a server rank" if cfg.hub_based else "")
+    if cfg.decentralized and not lo <= n <= hi:
         raise ConfigError(
             f"{where}: method {method.name}: ranks {n} does not fit run {tag}: "
-            f"{cfg.algorithm} runs on exactly {needed} ranks there ({roles}); leave "
-            "'ranks' out to get that"
+            f"{cfg.algorithm} runs on {needed} ranks there (the graph's {count(hi, 'agent')} "
+            "share them); leave 'ranks' out for one rank per agent"
+        )
+    if cfg.hub_based and n != lo:
+        raise ConfigError(
+            f"{where}: method {method.name}: ranks {n} does not fit run {tag}: "
+            f"{cfg.algorithm} runs on exactly {needed} ranks there (one per graph node "
+            "plus a server rank); leave 'ranks' out to get that"
         )
     if not graph_run:
         try:
@@ -385,7 +399,13 @@ def check_sweep_dir(out: Path, study: str) -> None:
     )
 
 
-def _expand(path: Path, extra: list[str], scratch: Path, output: str | Path | None) -> Study:
+def _expand(
+    path: Path,
+    extra: list[str],
+    scratch: Path,
+    output: str | Path | None,
+    agents_per_rank: int | None = None,
+) -> Study:
     shipped = find_preset(path, what="study file")  # `fedsheaf sweep study15_sweep`
     if shipped is not None:
         path = shipped.path
@@ -494,7 +514,7 @@ def _expand(path: Path, extra: list[str], scratch: Path, output: str | Path | No
                         int(seed),
                         str(cfg_path),
                         overrides,
-                        _ranks(m, cfg, where, tag, known),
+                        _ranks(m, cfg, where, tag, known, agents_per_rank),
                         str(out / "runs" / tag),
                         {"algorithm": cfg.algorithm, "device": cfg.train.device},
                     )

@@ -6,7 +6,8 @@ Layout inside a run directory::
       epoch-0004/rank-0.pt … rank-{N-1}.pt
       epoch-0005/rank-0.pt … rank-{N-1}.pt
       latest.json      {"epoch": 5, "n_ranks": N, "epochs": [4, 5],
-                        "files": {"5": {"rank-0.pt": {"sha256": ..., "bytes": ...}, ...}, ...}}
+                        "files": {"5": {"rank-0.pt": {"sha256": ..., "bytes": ...}, ...}, ...},
+                        "placement": {"5": [[0, 1], [2, 3]], "4": [[0], [1], [2], [3]]}}
 
 Protocol (driven by :mod:`fedsheaf.rundir.lifecycle`): after an epoch every rank
 writes its own file with :func:`save_rank` (atomically: temp file + rename);
@@ -22,6 +23,13 @@ an epoch records each file's SHA-256 and size, and :func:`load_rank` checks them
 it reads a file: torch does not check its archives' checksums, so bytes garbled on disk
 would otherwise load as wrong numbers. Manifests from before fedsheaf recorded digests
 load as they are.
+
+A decentralized run also records, per epoch, which agents each rank file holds
+(``placement``; a manifest without it, from before agents shared ranks: rank r held agent
+r). Its checkpoints are then read on any rank count (:func:`read_agents`: a rank reads the
+files that hold its agents, rank 0 also rank 0's for the run's history and clock), and a
+checkpoint is complete when it has every file it was written with, whatever the job's rank
+count now. Other families (server-based, hub) resume only on the rank count they wrote.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import hashlib
 import json
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -41,6 +50,9 @@ from fedsheaf.util.errors import CheckpointError
 
 FORMAT = 1
 MANIFEST = "latest.json"
+
+#: The agents of every rank file of a checkpoint, by rank (:func:`fedsheaf.graphs.place_agents`).
+Placement = tuple[tuple[int, ...], ...]
 
 
 class WallClock:
@@ -93,6 +105,9 @@ class Checkpoint:
     #: What the manifest recorded of each rank file (``{"rank-0.pt": {"sha256", "bytes"}}``),
     #: checked before the file is read; None: nothing recorded (an older manifest).
     files: dict[str, dict[str, Any]] | None = field(default=None, compare=False)
+    #: The agents each rank file holds (a decentralized run's), by rank; None: not known
+    #: (a family without agents on ranks, or the rank count of the job reading it).
+    placement: Placement | None = field(default=None, compare=False)
 
     @property
     def path(self) -> Path:
@@ -100,6 +115,11 @@ class Checkpoint:
 
     def rank_file(self, rank: int) -> Path:
         return rank_file(self.run_dir, self.epoch, rank)
+
+    def holder(self, agent: int) -> int:
+        """The rank whose file holds agent ``agent``'s state."""
+        assert self.placement is not None, "a checkpoint without a placement"
+        return next(r for r, block in enumerate(self.placement) if agent in block)
 
 
 def checkpoints_dir(run_dir: str | Path) -> Path:
@@ -187,6 +207,7 @@ def _read_manifest(run_dir: str | Path) -> dict[str, Any] | None:
         or not isinstance(data.get("epochs"), list)
         or not all(isinstance(e, int) for e in data["epochs"])
         or not _digests_ok(data.get("files", {}))
+        or not _placements_ok(data.get("placement", {}))
     ):
         raise CheckpointError(f"checkpoint manifest {path} is malformed{_LOST}")
     return data
@@ -206,6 +227,28 @@ def _digests_ok(files: Any) -> bool:
     )
 
 
+def _placements_ok(placements: Any) -> bool:
+    """Whether a manifest's ``placement`` is ``{epoch: [[agent, ...] per rank]}``, each
+    placing agents 0..N-1 once, at least one on every rank."""
+    if not isinstance(placements, dict):
+        return False
+    for blocks in placements.values():
+        if not isinstance(blocks, list) or not all(
+            isinstance(b, list) and b and all(type(i) is int for i in b) for b in blocks
+        ):
+            return False
+        agents = sorted(i for b in blocks for i in b)
+        if agents != list(range(len(agents))):
+            return False
+    return True
+
+
+def one_per_rank(n: int) -> Placement:
+    """Rank r holds agent r (what a manifest without a placement means for a decentralized
+    run: agents shared no rank before it was recorded)."""
+    return tuple((r,) for r in range(n))
+
+
 def manifest_ranks(run_dir: str | Path) -> int | None:
     """How many ranks wrote the checkpoints of ``run_dir`` (None: it holds none)."""
     manifest = _read_manifest(run_dir)
@@ -220,6 +263,7 @@ def commit(
     experiment: dict[str, Any] | None = None,
     data: str | None = None,
     files: list[dict[str, Any] | None] | None = None,
+    placement: Sequence[Sequence[int]] | None = None,
 ) -> Checkpoint:
     """Record ``epoch`` as complete (call once every rank has saved) and prune old ones.
 
@@ -229,10 +273,28 @@ def commit(
     (:func:`fedsheaf.rundir.resume.experiment_keys`), for :func:`recorded_experiment`; ``data``:
     the data set's fingerprint (:func:`fedsheaf.data.sources.data_digest`), for
     :func:`recorded_data`; ``files``: what each rank's :func:`save_rank` returned, by rank
-    (None: the rank files are hashed here, as they are on disk now).
+    (None: the rank files are hashed here, as they are on disk now); ``placement``: the
+    agents each rank file holds (a decentralized run's), recorded so that another rank
+    count can read them (:func:`read_agents`).
     """
     manifest = _read_manifest(run_dir)
     previous = manifest["epochs"] if manifest else []
+    placements = dict((manifest or {}).get("placement", {}))
+    if placement is not None:
+        record_placement = [[int(i) for i in block] for block in placement]
+        assert len(record_placement) == n_ranks, "one block of agents per rank"
+        n_agents = sum(map(len, record_placement))
+        # the kept epochs of a manifest from before placements were recorded: rank r held
+        # agent r where there was one rank per agent; other ones (written on this rank count
+        # or not) cannot be told apart once the count changes, and go
+        old_ranks = manifest["n_ranks"] if manifest else n_ranks
+        for e in previous:
+            if str(e) not in placements:
+                if old_ranks == n_agents:
+                    placements[str(e)] = [[r] for r in range(n_agents)]
+                elif old_ranks != n_ranks:
+                    previous = [p for p in previous if p != e]
+        placements[str(epoch)] = record_placement
     epochs = sorted({e for e in previous if e < epoch} | {epoch})[-keep:]
     kept = set(map(str, epochs))
     digests = {k: v for k, v in (manifest or {}).get("files", {}).items() if k in kept}
@@ -251,6 +313,9 @@ def commit(
         "epochs": epochs,
         "files": digests,
     }
+    placements = {k: v for k, v in placements.items() if k in kept}
+    if placements:
+        record["placement"] = placements
     if experiment is not None:
         record["experiment"] = experiment
     if data is not None:
@@ -260,7 +325,14 @@ def commit(
         number = _epoch_of(folder)
         if number is not None and number not in epochs and number <= epoch:
             _remove_epoch(folder)
-    return Checkpoint(Path(run_dir), epoch, n_ranks, digests[str(epoch)])
+    recorded = placements.get(str(epoch))
+    return Checkpoint(
+        Path(run_dir),
+        epoch,
+        n_ranks,
+        digests[str(epoch)],
+        None if recorded is None else tuple(tuple(b) for b in recorded),
+    )
 
 
 def _recorded(run_dir: str | Path, key: str, kind: type) -> Any:
@@ -294,6 +366,8 @@ def forget_after(run_dir: str | Path, epoch: int) -> None:
     manifest["epoch"] = epoch
     kept = set(map(str, manifest["epochs"]))
     manifest["files"] = {k: v for k, v in manifest.get("files", {}).items() if k in kept}
+    if "placement" in manifest:
+        manifest["placement"] = {k: v for k, v in manifest["placement"].items() if k in kept}
     atomic_write_json(checkpoints_dir(run_dir) / MANIFEST, manifest)
 
 
@@ -320,42 +394,63 @@ def _remove_epoch(folder: Path) -> None:
 
 
 # ---- reading ---------------------------------------------------------------
-def complete(run_dir: str | Path, n_ranks: int) -> list[Checkpoint]:
+def complete(run_dir: str | Path, n_ranks: int, agents: int | None = None) -> list[Checkpoint]:
     """The complete checkpoints of a run directory, newest first.
 
-    Complete means: listed in the manifest and every rank file present. A
-    manifest written by a job with another rank count is an error.
+    Complete means: listed in the manifest and every rank file it was written with
+    present. A manifest written by a job with another rank count is an error, unless
+    ``agents`` is given (:func:`listed`).
     """
-    return [ckpt for ckpt in listed(run_dir, n_ranks) if missing_file(ckpt) is None]
+    return [ckpt for ckpt in listed(run_dir, n_ranks, agents) if missing_file(ckpt) is None]
 
 
-def listed(run_dir: str | Path, n_ranks: int) -> list[Checkpoint]:
+def listed(run_dir: str | Path, n_ranks: int, agents: int | None = None) -> list[Checkpoint]:
     """The checkpoints the manifest of ``run_dir`` names, newest first, whether or not
-    their files are all still there (a resume says which one is missing: :func:`load_rank`);
-    a manifest written by a job with another rank count is an error."""
+    their files are all still there (a resume says which one is missing: :func:`load_rank`).
+
+    ``agents``: a decentralized run's agent count; its checkpoints carry the agents of each
+    rank file (recorded, or one per rank where a manifest from before placements were
+    recorded has one rank per agent), which a job of any rank count can read
+    (:func:`read_agents`). Without ``agents``, or without a placement, a checkpoint
+    written by a job with another rank count is an error.
+    """
     manifest = _read_manifest(run_dir)
     if manifest is None:
         return []
-    if manifest["n_ranks"] != n_ranks:
-        raise CheckpointError(
-            f"cannot resume {run_dir}: its checkpoints hold {manifest['n_ranks']} ranks "
-            f"but this job has {n_ranks}"
-        )
     digests = manifest.get("files", {})
-    return [
-        Checkpoint(Path(run_dir), epoch, n_ranks, digests.get(str(epoch)))
-        for epoch in sorted(manifest["epochs"], reverse=True)
-    ]
+    placements = manifest.get("placement", {})
+    found = []
+    for epoch in sorted(manifest["epochs"], reverse=True):
+        blocks = placements.get(str(epoch))
+        placement = None if blocks is None else tuple(tuple(b) for b in blocks)
+        ranks = manifest["n_ranks"] if placement is None else len(placement)
+        if agents is not None and placement is None and ranks == agents:
+            placement = one_per_rank(agents)
+        if agents is None or placement is None:  # (then read on the same rank count only)
+            if ranks != n_ranks:
+                raise CheckpointError(
+                    f"cannot resume {run_dir}: its checkpoints hold {ranks} ranks "
+                    f"but this job has {n_ranks}"
+                )
+            placement = None
+        elif sum(map(len, placement)) != agents:
+            raise CheckpointError(
+                f"cannot resume {run_dir}: its checkpoints hold "
+                f"{sum(map(len, placement))} agents but this run has {agents}"
+            )
+        found.append(Checkpoint(Path(run_dir), epoch, ranks, digests.get(str(epoch)), placement))
+    return found
 
 
 def missing_file(ckpt: Checkpoint) -> Path | None:
-    """The first of ``ckpt``'s rank files that is not on disk (None: none)."""
+    """The first of ``ckpt``'s rank files (those it was written with) that is not on disk
+    (None: none)."""
     return next((f for r in range(ckpt.n_ranks) if not (f := ckpt.rank_file(r)).is_file()), None)
 
 
-def latest(run_dir: str | Path, n_ranks: int) -> Checkpoint | None:
+def latest(run_dir: str | Path, n_ranks: int, agents: int | None = None) -> Checkpoint | None:
     """The newest complete checkpoint of a run directory, or None if there is none."""
-    found = complete(run_dir, n_ranks)
+    found = complete(run_dir, n_ranks, agents)
     return found[0] if found else None
 
 
@@ -425,6 +520,52 @@ def load_rank(ckpt: Checkpoint, rank: int) -> dict[str, Any]:
             f"checkpoint file {path} does not hold rank {rank}, epoch {ckpt.epoch}"
         )
     return state
+
+
+#: What rank 0's state holds for the whole run, beside its agents' state.
+RUN_KEYS = ("history", WallClock.KEY)
+#: What :func:`save_rank` adds to every rank's state.
+_HEADER = ("format", "epoch", "rank")
+
+
+def agent_part(state: dict[str, Any], agent: int, path: Path | None = None) -> dict[str, Any]:
+    """Agent ``agent``'s state in a rank's checkpoint state: ``state["agents"][agent]``
+    where the rank held several agents, else the state less what the rank adds
+    (:data:`RUN_KEYS` and the file's header). ``path``: the file read, named when it does
+    not hold the agent."""
+    if "agents" in state:
+        parts = state["agents"]
+        if not isinstance(parts, dict) or agent not in parts:
+            where = f"checkpoint file {path}" if path is not None else "the checkpoint"
+            raise CheckpointError(f"{where} does not hold agent {agent}")
+        part: dict[str, Any] = parts[agent]
+        return part
+    return {k: v for k, v in state.items() if k not in (*RUN_KEYS, *_HEADER)}
+
+
+def read_agents(ckpt: Checkpoint, agents: Sequence[int], root: bool) -> dict[str, Any]:
+    """What a rank holding ``agents`` resumes from (``root``: the job's rank 0), from a
+    decentralized run's checkpoint written on any rank count: ``{"agents": {i: state}}``,
+    with rank 0's :data:`RUN_KEYS` on the root.
+
+    Reads, checked as :func:`load_rank` checks them, the files whose ranks held
+    ``agents`` and (root) rank 0's. Where that is only this rank's own file in the same
+    layout (the job has the checkpoint's rank count and placement), that file as it is.
+    """
+    if ckpt.placement is None:
+        raise CheckpointError(f"checkpoint {ckpt.path} does not record which agents it holds")
+    needed = sorted({ckpt.holder(i) for i in agents} | ({0} if root else set()))
+    if len(needed) == 1 and ckpt.placement[needed[0]] == tuple(agents):
+        return load_rank(ckpt, needed[0])
+    states = {rank: load_rank(ckpt, rank) for rank in needed}
+    parts = {}
+    for i in agents:
+        holder = ckpt.holder(i)
+        parts[i] = agent_part(states[holder], i, ckpt.rank_file(holder))
+    out: dict[str, Any] = {"agents": parts}
+    if root:
+        out.update({k: states[0][k] for k in RUN_KEYS if k in states[0]})
+    return out
 
 
 # ---- run-directory housekeeping ----------------------------------------------

@@ -1,7 +1,9 @@
 """A rough estimate of a rank's peak memory, from the config, before a job starts.
 
 ``fedsheaf check`` prints it and warns when it exceeds the memory a node can give each of
-its ranks. The estimate adds, for the rank that needs most:
+its ranks. A rank holding several agents (a decentralized run on fewer ranks than
+agents) adds up its agents' models, activations and own data, with torch and the stored
+data set once (:func:`placed_footprint`). The estimate adds, for the rank that needs most:
 
 * **torch and the libraries** (:data:`TORCH_BASELINE`, a measured constant): ``import
   torch`` (0.72 GB on the CPU build, 0.43 GB of it library files), the first optimizer
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -63,6 +65,9 @@ class Footprint:
     data: int
     window: int = 0
     rank: str = ""
+    #: the part of ``activations`` a training step holds (a rank's agents hold theirs
+    #: side by side across an exchange; evaluation runs one agent at a time)
+    step: int = 0
 
     @property
     def total(self) -> int:
@@ -167,7 +172,8 @@ def agent_footprint(
     if cfg.algorithm == "sheaf_frl" and cfg.sheaf.pilot_strategy in ("prototype", "kmeans"):
         pilots = n_pilots  # (an upper bound: the group members encoded each step)
     eval_rows = max(len(data.y_test), len(data.y_val), n_pilots)
-    acts = step_activations(_per_sample(model, sample), batch + pilots, eval_rows)
+    per_sample = _per_sample(model, sample)
+    acts = step_activations(per_sample, batch + pilots, eval_rows)
     sample_bytes = math.prod(sample) * FLOAT
     own = [v for v in vars(data).values() if isinstance(v, torch.Tensor)]
     held = _nbytes([ds.pixels, ds.y, *own])
@@ -178,6 +184,7 @@ def agent_footprint(
         data=held + copies,
         window=window_bytes(cfg, graph, agent, pilots, steps),
         rank=f"agent {agent}",
+        step=step_activations(per_sample, batch + pilots, 1),
     )
 
 
@@ -216,6 +223,41 @@ def window_bytes(cfg: ExperimentConfig, graph: Graph, agent: int, pilots: int, s
         kept = min(kept, steps)
     d = graph.dims[agent]
     return sum(kept * d * graph.dims[j] * 8 for j in graph.neighbours(agent))
+
+
+def stored_bytes(ds: Dataset) -> int:
+    """The data set split as stored: a rank holds it once, whatever agents it holds."""
+    return _nbytes([ds.pixels, ds.y])
+
+
+def placed_footprint(
+    each: Sequence[Footprint], placement: Sequence[Sequence[int]], shared: int
+) -> Footprint:
+    """The footprint of the rank that needs most when ``placement`` (every rank's agent
+    ids, :func:`fedsheaf.graphs.place_agents`) puts several agents on a rank.
+
+    ``each``: every agent's :func:`agent_footprint` by id; ``shared``: the bytes of the
+    stored data set in each (:func:`stored_bytes`). A rank holds torch and the stored
+    data set once, and its agents' models, own data and pilot windows side by side; its
+    agents take turns, but each keeps its training step's activations across an
+    exchange, so those add up too, while an evaluation chunk's are one agent's at a time.
+    """
+    ranks = []
+    for r, agents in enumerate(placement):
+        fps = [each[i] for i in agents]
+        if len(fps) == 1:
+            ranks.append(fps[0])
+            continue
+        ranks.append(
+            Footprint(
+                model=sum(f.model for f in fps),
+                activations=max(max(f.activations for f in fps), sum(f.step for f in fps)),
+                data=shared + sum(f.data - shared for f in fps),
+                window=sum(f.window for f in fps),
+                rank=f"rank {r} ({len(fps)} agents)",
+            )
+        )
+    return max(ranks, key=lambda f: f.total)
 
 
 def graph_footprint(

@@ -4,7 +4,7 @@ its newest checkpoint, and save checkpoints as the run goes (every job driver us
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -97,11 +97,23 @@ def settle_config(run_dir: RunDir, cfg: ExperimentConfig) -> None:
 Loaded = tuple[checkpoint.Checkpoint | None, dict[str, Any] | None]
 
 
-def load_latest(job: World, cfg: ExperimentConfig, run_path: Path) -> Loaded:
+def load_latest(
+    job: World,
+    cfg: ExperimentConfig,
+    run_path: Path,
+    placement: Sequence[Sequence[int]] | None = None,
+) -> Loaded:
     """Collectively on ``job``: the newest complete checkpoint that every rank can read,
     and this rank's state in it.
 
-    Each rank checks its own file before reading it (present, and of the size and SHA-256
+    ``placement``: a decentralized run's agents on ``job``'s ranks
+    (:func:`fedsheaf.graphs.place_agents`): its checkpoints may have been written on
+    another rank count, and each rank reads the files that hold its agents, rank 0 also
+    rank 0's for the run's history and clock
+    (:func:`~fedsheaf.rundir.checkpoint.read_agents`). Otherwise each rank reads its own
+    file, written by the same rank count.
+
+    Each rank checks a file before reading it (present, and of the size and SHA-256
     the manifest recorded: :func:`~fedsheaf.rundir.checkpoint.check_rank_file`). A
     checkpoint with a file missing, damaged or unreadable on any rank (a disk that filled
     up, a copy cut short, bytes garbled on disk) is skipped on every rank for the one
@@ -116,7 +128,11 @@ def load_latest(job: World, cfg: ExperimentConfig, run_path: Path) -> Loaded:
     newest: str | None = None  # why the newest cannot be used (as ``fedsheaf check`` says)
     for ckpt in candidates:
         try:
-            state, problem = checkpoint.load_rank(ckpt, job.rank), None
+            if placement is not None and ckpt.placement is not None:
+                mine = placement[job.rank]
+                state, problem = checkpoint.read_agents(ckpt, mine, job.is_root), None
+            else:
+                state, problem = checkpoint.load_rank(ckpt, job.rank), None
         except CheckpointError as exc:
             state, problem = None, str(exc)
         gathered = job.gather(problem)
@@ -170,10 +186,13 @@ def checkpointer(
     run_path: Path,
     state: Callable[[], dict[str, Any]],
     data: str | None = None,
+    placement: Sequence[Sequence[int]] | None = None,
 ) -> Callable[[int], None] | None:
     """The after-epoch (after-round) hook: every rank of ``job`` saves ``state()``, then
     ``job``'s root commits the manifest once all files are on disk, with every file's
-    digest (with ``data``, the data set's fingerprint on that root: :func:`check_data`).
+    digest (with ``data``, the data set's fingerprint on that root: :func:`check_data`;
+    with ``placement``, a decentralized run's agents on the ranks, so that another rank
+    count can resume).
 
     A stop requested on any rank (:mod:`fedsheaf.runtime.stop_request`) writes the
     checkpoint now and raises :class:`~fedsheaf.runtime.stop_request.StopRequested` on
@@ -198,7 +217,7 @@ def checkpointer(
         # every rank's file is on disk, and its digest here, before the manifest names it
         digests = job.gather(written)
         if job.is_root:
-            checkpoint.commit(run_path, done, job.size, keep, experiment, data, digests)
+            checkpoint.commit(run_path, done, job.size, keep, experiment, data, digests, placement)
         if stop:
             if job.is_root:
                 leave_note(run_path, unit, done)

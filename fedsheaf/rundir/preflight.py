@@ -9,7 +9,9 @@ count, so that a batch job's config can be checked on a login node before it que
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +24,7 @@ from fedsheaf.algorithms.federated.aggregators import make_aggregator
 from fedsheaf.algorithms.federated.protocol import n_selected
 from fedsheaf.config.sections import ExperimentConfig, load_config
 from fedsheaf.data.sources import Dataset, data_digest
-from fedsheaf.graphs import Graph, load_graph
+from fedsheaf.graphs import Graph, describe_placement, load_graph, place_agents
 from fedsheaf.rundir import checkpoint, footprint, run_lock, tensorboard
 from fedsheaf.rundir.files import (
     RUN_FILES,
@@ -112,6 +114,54 @@ def _partition_words(cfg: ExperimentConfig) -> str:
     return f"Dirichlet(α={cfg.data.dirichlet_alpha:g})" if ref == "dirichlet" else ref
 
 
+#: Ranks :func:`describe_ranks` lists one by one; the rest are counted.
+RANKS_LISTED = 16
+
+
+def describe_ranks(
+    graph: Graph, placement: Sequence[Sequence[int]], strategy: str = "contiguous"
+) -> list[str]:
+    """A graph run's placement in words: the summary
+    (:func:`fedsheaf.graphs.describe_placement`), then, when ranks hold several agents,
+    which agents each rank holds and the graph edges between each pair of ranks (what
+    crosses MPI: one neighbourhood collective per exchange over these rank pairs)."""
+    lines = [f"placement: {describe_placement(graph, placement, strategy)}"]
+    if len(placement) == graph.n:
+        if graph.n > 1:
+            lines[0] += (
+                f" (the config takes 1 to {graph.n} ranks; fewer hold several agents each: "
+                "check them with -n R)"
+            )
+        return lines
+    for r, agents in enumerate(placement[:RANKS_LISTED]):
+        lines.append(f"rank {r}: agents {_id_ranges(agents)}")
+    if len(placement) > RANKS_LISTED:
+        lines.append(f"(and {count(len(placement) - RANKS_LISTED, 'rank')} more)")
+    owner = {i: r for r, agents in enumerate(placement) for i in agents}
+    between = Counter(
+        tuple(sorted((owner[i], owner[j]))) for i, j in graph.edges if owner[i] != owner[j]
+    )
+    if not between:
+        lines.append("no graph edge between ranks: nothing crosses MPI")
+        return lines
+    pairs = [f"{a}-{b} ({count(k, 'edge')})" for (a, b), k in sorted(between.items())]
+    shown = ", ".join(pairs[:RANKS_LISTED])
+    more = f" and {len(pairs) - RANKS_LISTED} more pairs" if len(pairs) > RANKS_LISTED else ""
+    lines.append(f"edges between ranks (rank pairs that exchange): {shown}{more}")
+    return lines
+
+
+def _id_ranges(ids: Sequence[int]) -> str:
+    """``[0, 1, 2, 5, 7, 8]`` → ``"0-2, 5, 7-8"``."""
+    runs: list[list[int]] = []
+    for i in sorted(ids):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def describe_server_run(
     cfg: ExperimentConfig, n_workers: int, task: str, placement: str = ""
 ) -> str:
@@ -196,13 +246,14 @@ def extend_finished(path: Path, saved: ExperimentConfig, cfg: ExperimentConfig) 
 
 
 def resumable(cfg: ExperimentConfig, path: Path, n_ranks: int) -> list[checkpoint.Checkpoint]:
-    """The checkpoints the manifest of ``path`` names, written by a job of ``n_ranks``,
-    newest first (one that lost a file is then refused with a word, not skipped:
+    """The checkpoints the manifest of ``path`` names, written by a job of ``n_ranks``
+    (a decentralized run's: by a job of any rank count), newest first (one that lost a
+    file is then refused with a word, not skipped:
     :func:`fedsheaf.rundir.checkpoint.load_rank`); refuse one with all its files past the
     run's length (the run would end before it started), or a finished run with none to
     continue from."""
     length, unit, key = run_length(cfg)
-    found = checkpoint.listed(path, n_ranks)
+    found = checkpoint.listed(path, n_ranks, len(cfg.agents) if cfg.decentralized else None)
     whole = [c for c in found if checkpoint.missing_file(c) is None]
     if not whole and (path / "summary.json").exists():
         why = f" ({checkpoint.missing_file(found[0])} is missing)" if found else ""
@@ -246,6 +297,8 @@ class Verdict:
     action: str
     #: the largest rank's estimated memory (:mod:`fedsheaf.rundir.footprint`)
     memory: footprint.Footprint | None = None
+    #: a graph run's placement in words, a line each (:func:`describe_ranks`)
+    placement: list[str] = field(default_factory=list)
 
 
 def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
@@ -259,12 +312,16 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
     if cfg.decentralized:  # the job resolves it first, as it reads the config
         algorithm_factory(cfg)
     check_run_path(cfg, path, hold=False)  # the job checks it first, before any data
+    placed: list[str] = []
     if cfg.decentralized or cfg.hub_based:
         graph = hub_graph(cfg, n_ranks) if cfg.hub_based else experiment.build_graph(cfg, n_ranks)
+        # (a hub run's agents each have a rank of their own, whatever the key says)
+        blocks = place_agents(graph, graph.n if cfg.hub_based else n_ranks, cfg.train.placement)
+        placed = describe_ranks(graph, blocks, cfg.train.placement) if cfg.decentralized else []
         ds, part = experiment.load_and_partition(cfg)
         fingerprint_data(cfg, data_digest(ds), path)
         steps = experiment.steps_per_epoch(cfg, part)
-        memory: footprint.Footprint | None = None
+        each: list[footprint.Footprint] = []
         for agent in range(graph.n):
             data = experiment.agent_data(ds, part, agent, cpu)
             if agent == 0:  # (what it checks, the pilots, is the same on every agent)
@@ -273,7 +330,7 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
                 else:
                     check_algorithm(cfg, data)
             mine = footprint.agent_footprint(cfg, ds, part, graph, agent, data, steps)
-            memory = mine if memory is None or mine.total > memory.total else memory
+            each.append(mine)
             footprint.refuse_unbuildable(
                 mine,
                 available_memory_bytes(),
@@ -283,6 +340,9 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
             model = experiment.agent_model(cfg, ds, agent, cpu, graph)
             if agent == 0 and cfg.decentralized:  # a plug-in: built once, without neighbours
                 build_offline(Agent(agent, cfg, graph, data, model, cpu, steps))
+        memory: footprint.Footprint | None = footprint.placed_footprint(
+            each, blocks, footprint.stored_bytes(ds)
+        )
         warnings += experiment.data_warnings(cfg, part, graph)
         run = describe_graph_run(cfg, graph, ds, steps)
     else:
@@ -298,7 +358,7 @@ def check_job(cfg: ExperimentConfig, n_ranks: int) -> Verdict:
         )
         run = describe_server_run(cfg, n_ranks - 1, task.describe())
     shown = [w for w in warnings if w is not None]
-    return Verdict(f"{run}, seed {cfg.seed}", shown, _action(cfg, n_ranks), memory)
+    return Verdict(f"{run}, seed {cfg.seed}", shown, _action(cfg, n_ranks), memory, placed)
 
 
 def clients_held(cfg: ExperimentConfig, workers: int) -> int:
@@ -398,12 +458,17 @@ def first_readable(
     found: list[checkpoint.Checkpoint],
 ) -> tuple[checkpoint.Checkpoint | None, list[str]]:
     """The newest of ``found`` whose every rank file loads (as a resumed job reads them,
-    in one process), and why each newer one cannot be used."""
+    in one process: every file, as a job of any rank count reads every file of a
+    decentralized run's checkpoint on some rank), and why each newer one cannot be used."""
     problems: list[str] = []
     for ckpt in found:
         try:
-            for rank in range(ckpt.n_ranks):
-                checkpoint.load_rank(ckpt, rank)
+            if ckpt.placement is not None:  # (and holds the agents the manifest says)
+                agents = [i for block in ckpt.placement for i in block]
+                checkpoint.read_agents(ckpt, agents, root=True)
+            else:
+                for rank in range(ckpt.n_ranks):
+                    checkpoint.load_rank(ckpt, rank)
         except CheckpointError as exc:
             problems.append(str(exc))
             continue

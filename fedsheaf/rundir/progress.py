@@ -46,13 +46,14 @@ class Recorder:
         """Take this rank's one agent's record of the epoch (see :meth:`rank_epoch`)."""
         self.rank_epoch([record])
 
-    def rank_epoch(self, mine: list[dict[str, Any]]) -> None:
-        """Take the epoch records of this rank's agents; rank 0 gathers every rank's and
-        writes the epoch's line, agents in id order (whatever ranks held them)."""
-        gathered = self.world.gather(mine)
+    def rank_epoch(self, mine: list[dict[str, Any]], mpi_bytes: int | None = None) -> None:
+        """Take the epoch records of this rank's agents (and the bytes the rank sent through
+        MPI in the epoch); rank 0 gathers every rank's and writes the epoch's line, agents
+        in id order (whatever ranks held them)."""
+        gathered = self.world.gather((mine, mpi_bytes))
         if not self.world.is_root:
             return
-        records = sorted((r for rank in gathered for r in rank), key=lambda r: r["agent"])
+        records = sorted((r for rank, _ in gathered for r in rank), key=lambda r: r.get("agent", 0))
         record = records[0]
         line: dict[str, Any] = {
             "epoch": record["epoch"],
@@ -63,6 +64,8 @@ class Recorder:
         for key in ("server_bytes_sent", "server_bytes_received"):  # centralized baselines
             if key in records[0]:
                 line[key] = sum(r[key] for r in records)
+        if all(sent is not None for _, sent in gathered):  # (depends on the placement)
+            line["mpi_bytes_sent"] = sum(sent for _, sent in gathered)
         evaluated = "private_acc" in records[0]
         if evaluated:
             line.update(network_summary(records))

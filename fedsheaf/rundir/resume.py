@@ -83,7 +83,8 @@ def resume_config(run_dir: str | Path, overrides: list[str] | None = None) -> Ex
 #: What a resumed run may change: its length, evaluation cadence, checkpointing, where
 #: its files, data and key files are, its device and step timeout, and the step size (a
 #: diverged run is resumed from its last checkpoint with a smaller ``train.lr``,
-#: ``agents[i].lr`` or ``train.clip``).
+#: ``agents[i].lr`` or ``train.clip``), and which agents share a rank (a decentralized
+#: run's checkpoints resume on any rank count and placement: the numbers are the same).
 #: Anything else would mix two experiments. ``[*]`` stands for any agent, a trailing
 #: ``.`` for a whole section.
 RESUMABLE_KEYS = (
@@ -93,6 +94,7 @@ RESUMABLE_KEYS = (
     "train.step_timeout",
     "train.lr",
     "train.clip",
+    "train.placement",
     "agents[*].lr",
     "sheaf.overlap_exchange",
     "sheaf.mask_secret_dir",

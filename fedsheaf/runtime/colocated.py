@@ -33,6 +33,7 @@ from mpi4py import MPI
 from fedsheaf.graphs import Graph
 from fedsheaf.runtime import heartbeat
 from fedsheaf.runtime.topology import Neighbourhood, Shape, _as_buffer
+from fedsheaf.util.errors import CheckpointError
 
 T = TypeVar("T")
 
@@ -71,6 +72,9 @@ class TurnTaking:
 
     def meet(self, k: int, value: Any, finish: Callable[[list[Any]], list[Any]]) -> Any:
         """Leave ``value``; return thread ``k``'s part of ``finish(values)`` (see class)."""
+        # An agent that reaches a meeting has made progress (the step watchdog): a rank
+        # of many agents works through all their phases between two of its steps' ends.
+        heartbeat.beat()
         with self._cond:
             self._values[k] = value
             if k < self.n - 1:
@@ -88,6 +92,11 @@ class TurnTaking:
             if self.n > 1:
                 self._wait_turn(k)
             return self._results[k]
+
+    def waiting(self) -> list[int]:
+        """The threads that wait at a meeting the last thread has not reached."""
+        with self._cond:
+            return [k for k, v in enumerate(self._values) if v is not None]
 
     def done(self, k: int) -> None:
         """Thread ``k`` ended normally: the next one runs."""
@@ -240,8 +249,27 @@ class AgentGroup:
 
     # ---- the exchange ------------------------------------------------------------
     def exchange(self, slot: int, deposit: _Deposit) -> list[torch.Tensor]:
-        got: list[torch.Tensor] = self.turns.meet(slot, deposit, self._exchange_all)
+        got: list[torch.Tensor] = self.turns.meet(
+            slot,
+            ("an exchange", deposit),
+            lambda met: self._exchange_all(self._met("an exchange", met)),
+        )
         return got
+
+    def _met(self, point: str, values: list[tuple[str, Any]]) -> list[Any]:
+        """The values the agents left at a meeting, each at ``point``; an algorithm that
+        meets its neighbours at different points on different agents (an exchange some
+        agents skip) is a bug, said here rather than mixing what they left."""
+        if any(v is None or v[0] != point for v in values):
+            said = ", ".join(
+                f"agent {i} at " + ("the end of its run" if v is None else v[0])
+                for i, v in zip(self.agents, values, strict=True)
+            )
+            raise RuntimeError(
+                f"the agents of rank {self.rank} reached different points ({said}): every "
+                "agent must exchange with its neighbours at the same points of the loop"
+            )
+        return [value for _, value in values]
 
     def _out(self, deposits: list[_Deposit], i: int, j: int) -> np.ndarray:
         port = self.ports[self.slot[i]]
@@ -325,19 +353,31 @@ class AgentGroup:
         return out
 
     # ---- other meetings ----------------------------------------------------------
-    def once(self, slot: int, value: T, finish: Callable[[list[T]], Any]) -> Any:
-        """Meet the rank's other agents; the last calls ``finish(values)`` once, and every
-        agent gets its return value."""
-        return self.turns.meet(slot, value, lambda values: [finish(values)] * len(values))
+    def once(self, slot: int, point: str, value: T, finish: Callable[[list[T]], Any]) -> Any:
+        """Meet the rank's other agents at ``point`` (words: "the epoch's end"); the last
+        calls ``finish(values)`` once, and every agent gets its return value."""
+        return self.turns.meet(
+            slot, (point, value), lambda met: [finish(self._met(point, met))] * len(met)
+        )
 
     def run(self, bodies: Sequence[Callable[[], None]]) -> None:
         """Run ``bodies[k]`` (agent k's whole training) in turn-taking threads; re-raise
         the first failure here, in the calling thread, once every thread has ended."""
 
+        self.turns = TurnTaking(len(self.agents))  # (a group runs twice: build, train)
+
         def main(k: int) -> None:
             try:
                 self.turns.start(k)
                 bodies[k]()
+                waiting = self.turns.waiting() if k == len(bodies) - 1 else []
+                if waiting:  # (the others would wait for ever)
+                    said = ", ".join(str(self.agents[w]) for w in waiting)
+                    raise RuntimeError(
+                        f"agent {self.agents[k]} ended its run while agents {said} of rank "
+                        f"{self.rank} wait for it at a meeting: every agent must exchange "
+                        "with its neighbours at the same points of the loop"
+                    )
                 self.turns.done(k)
             except Abandoned:
                 pass
@@ -376,7 +416,7 @@ class _GroupReporter:
         self.group, self.slot, self.report = group, slot, report
 
     def epoch(self, record: dict[str, Any]) -> None:
-        self.group.once(self.slot, record, self.report)
+        self.group.once(self.slot, "its epoch record", record, self.report)
 
 
 class LocalAgents:
@@ -394,7 +434,8 @@ class LocalAgents:
     graph, placement:
         The agent graph and every rank's agents (:func:`fedsheaf.graphs.place_agents`).
     report:
-        What takes this rank's epoch records (a list, in agent order) once all are in.
+        What takes this rank's epoch records (a list, in agent order) once all are in,
+        with the bytes the rank sent through MPI since its last report.
     """
 
     def __init__(
@@ -402,22 +443,45 @@ class LocalAgents:
         comm: MPI.Intracomm,
         graph: Graph,
         placement: Sequence[Sequence[int]],
-        report: Callable[[list[Any]], None],
+        report: Callable[[list[Any], int], None],
     ) -> None:
         rank = comm.Get_rank()
         self.ids = [int(i) for i in placement[rank]]
         self.shared = len(placement) < graph.n
         self.group: AgentGroup | None = None
+        self._mpi_reported = 0
+
+        def rank_report(records: list[Any]) -> None:
+            sent = self.mpi_bytes()
+            report(records, sent - self._mpi_reported)
+            self._mpi_reported = sent
+
         if self.shared:
             self.group = AgentGroup(comm, graph, placement)
             self.nbrs: list[Any] = list(self.group.ports)
             self.reporters: list[Any] = [
-                _GroupReporter(self.group, k, report) for k in range(len(self.ids))
+                _GroupReporter(self.group, k, rank_report) for k in range(len(self.ids))
             ]
         else:
             assert self.ids == [rank], "one agent per rank: rank r holds agent r"
             self.nbrs = [Neighbourhood(comm, graph.neighbours(rank))]
-            self.reporters = [_OneReporter(report)]
+            self.reporters = [_OneReporter(rank_report)]
+
+    def build(self, make: Callable[[int, Any, Any], T]) -> list[T]:
+        """``make(agent id, nbr, reporter)`` for every agent of this rank, in agent order.
+
+        Several agents build in turn-taking threads, as they train: a constructor may
+        exchange with its neighbours (Sheaf-FMTL swaps its parameter counts), which meets
+        the rank's other agents."""
+        if self.group is None:
+            return [make(self.ids[0], self.nbrs[0], self.reporters[0])]
+        built: list[Any] = [None] * len(self.ids)
+
+        def body(k: int) -> None:
+            built[k] = make(self.ids[k], self.nbrs[k], self.reporters[k])
+
+        self.group.run([partial(body, k) for k in range(len(self.ids))])
+        return built
 
     def run(self, algos: Sequence[Any], first_epoch: int, after_epoch: Any) -> None:
         """Train every agent from epoch ``first_epoch + 1``; ``after_epoch(n)`` runs once
@@ -430,7 +494,7 @@ class LocalAgents:
         def hook(k: int) -> Callable[[int], None] | None:
             if after_epoch is None:
                 return None
-            return lambda n: group.once(k, n, lambda done: after_epoch(done[0]))
+            return lambda n: group.once(k, "the checkpoint", n, lambda done: after_epoch(done[0]))
 
         hooks = [hook(k) for k in range(len(algos))]
         group.run([partial(a.run, first_epoch, h) for a, h in zip(algos, hooks, strict=True)])
@@ -456,9 +520,11 @@ class LocalAgents:
             own = agent_state(state, i)
             a.load_state_dict(own["algorithm"])
             n.bytes_total = {int(j): int(v) for j, v in own["bytes_total"].items()}
+        self._mpi_reported = self.mpi_bytes()  # (sent by earlier launches: reported then)
 
     def mpi_bytes(self) -> int:
-        """Bytes this rank sent through MPI so far (one agent per rank: all it sent)."""
+        """Bytes this rank sent through MPI (one agent per rank: all it sent, earlier
+        launches included; several: what this launch's rank-level exchanges sent)."""
         if self.group is None:
             return sum(self.nbrs[0].bytes_total.values())
         return sum(self.group.mpi_bytes.values())
@@ -479,5 +545,8 @@ def agent_state(state: dict[str, Any], agent: int) -> dict[str, Any]:
     """Agent ``agent``'s part of a rank's checkpoint state: ``state["agents"][agent]``
     when the rank held several, else the state itself (a rank of its own)."""
     if "agents" in state:
-        return state["agents"][agent]
+        if agent not in state["agents"]:  # (read_agents assembles what each rank needs)
+            raise CheckpointError(f"the checkpoint read does not hold agent {agent}")
+        part: dict[str, Any] = state["agents"][agent]
+        return part
     return state

@@ -229,7 +229,22 @@ def check_shards(part: Partition) -> None:
         )
 
 
-def agent_data(ds: Dataset, part: Partition, agent: int, device: torch.device) -> AgentData:
+def pilot_data(ds: Dataset, part: Partition, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """The shared pilot samples and labels on ``device`` (what every agent reads, never
+    writes: the agents of one rank share one copy)."""
+    i = torch.as_tensor(part.pilots, dtype=torch.long)
+    return ds.take(i).to(device), ds.y[i].to(device)
+
+
+def agent_data(
+    ds: Dataset,
+    part: Partition,
+    agent: int,
+    device: torch.device,
+    pilots: tuple[torch.Tensor, ...] | None = None,
+) -> AgentData:
+    """Agent ``agent``'s shards and the pilots (``pilots``: :func:`pilot_data`, when the
+    rank already holds them) on ``device``."""
     shard = part.agents[agent]
 
     def take(idx: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -237,7 +252,7 @@ def agent_data(ds: Dataset, part: Partition, agent: int, device: torch.device) -
         return ds.take(i).to(device), ds.y[i].to(device)
 
     (xtr, ytr), (xva, yva), (xte, yte) = (take(shard.train), take(shard.val), take(shard.test))
-    x_pilot, y_pilot = take(part.pilots)
+    x_pilot, y_pilot = pilots or pilot_data(ds, part, device)
     return AgentData(xtr, ytr, xva, yva, xte, yte, x_pilot, ds.n_classes, y_pilot)
 
 

@@ -12,8 +12,10 @@ Rules this module enforces for the whole job:
 * SIGTERM and SIGINT (a cancelled job, Ctrl-C, a launcher that is stopped) end the
   rank as the signal would, once one rank has said so in one line and in the run's
   ``failed.json`` (:func:`install_signal_ends`): a job ended that way is not taken for
-  one still running. When the launcher ends the job because a rank vanished without a
-  word (SIGKILL, out of memory), a rank of the same node names the vanished one.
+  one still running.
+* A rank that vanishes without a word (SIGKILL, out of memory) is named by a rank of the
+  same node the moment its process ends (:mod:`fedsheaf.runtime.peers`), before the
+  launcher ends the job: its signals come too fast for a note written on SIGTERM.
 * With ``train.step_timeout`` (:func:`watch_steps`), a job whose ranks stop making
   progress (one of them stopped by SIGSTOP) ends, naming the rank that holds it up.
 * Rank 0 is the only rank that logs progress.
@@ -36,7 +38,7 @@ from typing import Any, NoReturn, TypeVar
 import torch
 from mpi4py import MPI
 
-from fedsheaf.runtime import heartbeat, watchdog
+from fedsheaf.runtime import heartbeat, peers, watchdog
 from fedsheaf.util import memory
 from fedsheaf.util.errors import FedsheafError
 from fedsheaf.util.hostinfo import (
@@ -68,7 +70,7 @@ _write_failure: Callable[[Path, int, str, float], bool] | None = None
 #: Files whose writing since this rank started says the job has ended already.
 _ENDING_FILES: tuple[str, ...] = ()
 #: The other ranks of the job on this node (and PID namespace): world rank -> pid.
-_PEERS: dict[int, int] = {}
+_PEERS = peers.PEERS
 #: This process's rank in the job, once :func:`init_world` has run.
 _RANK: int | None = None
 #: What a rank is, where it is more than a rank (``{0: "the server"}``): :func:`note_role`.
@@ -129,6 +131,7 @@ def _abort_hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> N
     except Exception:
         pass
     finally:
+        peers.mark_ending(rank)  # said: the node's other ranks do not name it vanished
         if size > 1:
             MPI.COMM_WORLD.Abort(code)
     sys.exit(code)
@@ -146,6 +149,7 @@ def exit_at_once(code: int) -> NoReturn:
     leaves with ``os._exit``. While another non-daemon thread runs, it exits as usual
     instead (which waits for the thread).
     """
+    peers.mark_ending(_RANK)  # (before it ends: its node's other ranks look then)
     others = [t for t in threading.enumerate() if t is not threading.main_thread()]
     if any(not t.daemon for t in others):
         sys.exit(code)
@@ -181,6 +185,7 @@ def leaving() -> None:
     without a note."""
     global _LEAVING
     _LEAVING = True
+    peers.mark_ending(_RANK)
     heartbeat.disarm()
 
 
@@ -197,8 +202,8 @@ def _ended_already() -> bool:
 
 
 def _vanished() -> list[int]:
-    """The ranks of this node whose process has ended (:data:`_PEERS`)."""
-    return [r for r, pid in sorted(_PEERS.items()) if process_state(pid) == "gone"]
+    """The ranks of this node whose process has ended, not on purpose (:data:`_PEERS`)."""
+    return peers.vanished()
 
 
 #: Whether this rank has said (or decided not to say) why its signal ends it.
@@ -216,6 +221,7 @@ def _say_ending(signum: int) -> None:
     aborted with its own message.
     """
     global _SAID
+    peers.mark_ending(_RANK)  # this rank ends with a word: not one that vanished
     with _SAYING:
         if _SAID:
             return
@@ -250,15 +256,44 @@ def _say_ending(signum: int) -> None:
 _CAUSES = "the job was cancelled, its launcher stopped, or a rank on another node died"
 
 
-def _vanished_error(gone: list[int], rank: int, name: str) -> str:
+def _vanished_error(gone: list[int], rank: int, name: str | None = None) -> str:
     """What ``failed.json`` says of ranks ``gone`` (their processes ended without a word)
-    when rank ``rank`` then got signal ``name``."""
+    when rank ``rank`` of their node found them gone: at once (:func:`_peers_vanished`), or
+    once it got signal ``name`` from the launcher."""
     also = f" (so did {_who(gone[1:])})" if len(gone) > 1 else ""
+    seen = (
+        f"the launcher then ended the job (rank {rank}: {name})"
+        if name
+        else f"rank {rank} of its node saw it end, the launcher ends the job"
+    )
     return (
         f"ended without a word{also}: killed by a signal (SIGKILL, out of memory) or a "
-        f"crash outside Python, the launcher's message says which; the launcher then "
-        f"ended the job (rank {rank}: {name})"
+        f"crash outside Python, the launcher's message says which; {seen}"
     )
+
+
+def _peers_vanished(gone: list[int]) -> None:
+    """The peer watch thread (:func:`fedsheaf.runtime.peers.watch`): ranks ``gone`` of
+    this node have just ended without a word. Once the run directory is known and unless
+    this rank has said why it ends already (or leaves on purpose, or the run has ended):
+    name one (a rank with a role first, as :func:`_say_ending` does) in ``failed.json``
+    and in one line, now, before the launcher's signals end this rank."""
+    global _SAID
+    if _RUN_DIR is None or _write_failure is None or _LEAVING:
+        return
+    with _SAYING:
+        if _SAID:
+            return
+        _SAID = True
+    peers.mark_ending(_RANK)  # (the launcher's signals end it next: not named vanished)
+    if _ended_already():
+        return
+    rank = _RANK if _RANK is not None else -1
+    first = sorted(gone, key=lambda r: (r not in _ROLES, r))[0]
+    error = _vanished_error([first], rank)
+    error += f"; to continue the run: fedsheaf run --resume {_RUN_DIR}"
+    if _write_failure(_RUN_DIR, first, error, _STARTED):
+        os.write(2, f"fedsheaf: {_who([first])} {error}\n".encode())
 
 
 def _end_on_signal(signum: int, frame: Any) -> None:
@@ -355,6 +390,7 @@ def _step_fault(kind: str, culprits: list[int], waited: float, timeout: float) -
         error = f"have all waited for each other for {waited:.0f} s (a deadlock)"
     error += f" ({limit}), so the job was ended"
     subject = _who(culprits)
+    peers.mark_ending(_RANK)  # (this rank says it, or leaves it to the one that does)
     try:
         if _RUN_DIR is not None and _write_failure is not None:
             error += f"; to continue the run: fedsheaf run --resume {_RUN_DIR}"
@@ -521,6 +557,24 @@ def rank_threads(masks: list[set[int]], local_rank: int) -> int:
     return int(env) if env else threads_per_rank(masks, local_rank)
 
 
+def _share_marks(local: Any, ranks: list[int]) -> tuple[Any, dict[int, int]]:
+    """Collectively on this node's communicator ``local`` (world ``ranks`` in its order):
+    the marks its ranks share (:mod:`fedsheaf.runtime.peers`) and each rank's byte; None
+    unless every rank of the node has mapped them."""
+    size = local.Get_size()
+    path = peers.create_marks(size) if local.Get_rank() == 0 else None
+    path = local.bcast(path, root=0)
+    marks = peers.attach_marks(path, size) if path is not None else None
+    shared = local.allreduce(marks is not None, op=MPI.LAND)
+    if path is not None and local.Get_rank() == 0:
+        peers.forget_marks(path)  # every rank has it mapped (or has given up)
+    if not shared:
+        if marks is not None:
+            marks.close()
+        return None, {}
+    return marks, {rank: slot for slot, rank in enumerate(ranks)}
+
+
 def init_world(device: str = "auto") -> World:
     """Initialise this rank: abort hook, signal ends, node-local rank, threads, device."""
     install_abort_hook()
@@ -531,11 +585,17 @@ def init_world(device: str = "auto") -> World:
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     local_rank, local_size = local.Get_rank(), local.Get_size()
     masks = local.allgather(set(usable_cpu_ids()))
-    # the node's other ranks, to name one that vanishes (_say_ending)
+    # the node's other ranks, to name one that vanishes (_peers_vanished, _say_ending)
     me = (comm.Get_rank(), os.getpid(), pid_namespace())
-    for rank, pid, space in local.allgather(me):
-        if rank != me[0] and space == me[2]:
-            _PEERS[rank] = pid
+    node = local.allgather(me)
+    marks, slots = _share_marks(local, [rank for rank, _, _ in node])
+    peers.note_peers(
+        me[0],
+        {rank: pid for rank, pid, space in node if rank != me[0] and space == me[2]},
+        marks,
+        slots,
+    )
+    peers.watch(_peers_vanished)
     local.Free()
     world = World(
         comm=comm,

@@ -224,6 +224,16 @@ def singleton_hint(n_ranks: int) -> str:
     )
 
 
+def lone_task(n_ranks: int) -> str | None:
+    """The refusal of a job of one rank that srun started as one of several tasks which MPI
+    did not join (:func:`singleton_hint`); None otherwise. One rank may hold every agent
+    of a graph run, so each such task would otherwise run the whole run by itself."""
+    hint = singleton_hint(n_ranks)
+    if not hint:
+        return None
+    return f"MPI made this process a job of 1 rank{hint}: each task would run the whole run alone"
+
+
 def pid_namespace() -> str:
     """This process's PID namespace (``""`` where ``/proc`` cannot say): processes of one
     host that share it name each other by the same pids."""

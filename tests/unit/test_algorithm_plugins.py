@@ -197,7 +197,7 @@ def test_check_names_the_plugins_a_config_uses(capsys, installed, tmp_path):
     assert (code, err) == (0, "")
     lines = out.splitlines()
     assert lines[0].startswith(f"fedsheaf check: ok for 4 ranks: {USER}:Tagged 'quickstart'")
-    assert lines[1:5] == [
+    assert lines[2:6] == [
         "fedsheaf check: uses data.dataset = digits -> built-in",
         "fedsheaf check: uses data.partition = label_shift -> built-in",
         "fedsheaf check: uses agents[i].model = cnn -> built-in",

@@ -22,7 +22,7 @@ from fedsheaf.ops.bench.formulas import (
     strict_bytes_per_step,
     summary,
 )
-from fedsheaf.ops.bench.plan import CASE_NAMES, parse_counts, plan
+from fedsheaf.ops.bench.plan import CASE_NAMES, DEFAULT_CASES, parse_counts, plan
 from fedsheaf.util.errors import ConfigError
 from fedsheaf.util.timers import NULL_TIMER, PhaseTimer
 
@@ -213,5 +213,103 @@ def test_benchmark_worker_modules_import():
     """Every case module the MPI worker loads imports cleanly (no launch needed)."""
     import importlib
 
-    for name in ("worker", "decentralized", "pilot_cost", "clients", "driver"):
+    for name in ("worker", "decentralized", "pilot_cost", "clients", "driver", "placement"):
         importlib.import_module(f"fedsheaf.ops.bench.{name}")
+
+
+# ---- placement (issue 29: N agents on R ranks) ------------------------------------------
+
+
+def test_the_plan_places_15_and_100_agents_on_several_rank_counts() -> None:
+    from fedsheaf.ops.bench.placement import placement_config
+    from fedsheaf.ops.bench.worker import CASES
+
+    assert "placement" in CASE_NAMES and "placement" in CASES
+    assert "placement" not in DEFAULT_CASES  # (fedsheaf bench placement: seven launches)
+    launches = plan("small", ["placement"], data_root="data")
+    assert [(la.label, la.ranks) for la in launches] == [
+        ("placement15-r1", 1),
+        ("placement15-r3", 3),
+        ("placement15-r5", 5),
+        ("placement15-r15", 15),
+        ("placement100-r1", 1),
+        ("placement100-r2", 2),
+        ("placement100-r4", 4),
+    ]
+    assert {la.spec["group"] for la in launches} == {"table2-15", "er100"}
+    assert all(la.cases == ["placement"] and "none" in la.mpi_flags for la in launches)
+    assert [la.ranks for la in plan("full", ["placement"])][4:] == [1, 2, 4, 8, 16]
+    # the launches' configs: 15 Table-2 agents; 100 copies of one small agent on er100
+    table2 = placement_config(dict(launches[0].spec, label="x"))
+    assert len(table2.agents) == 15 and table2.train.steps_per_epoch == 4
+    small = placement_config(dict(launches[-1].spec, label="x"))
+    assert len(small.agents) == 100 and load_graph(small.graph).n == 100
+    assert {a.dim for a in small.agents} == {16} == set(load_graph(small.graph).dims)
+    # a warm-up epoch, the timed ones, a last one that evaluates
+    epochs = launches[-1].spec["repeats"] + 2
+    assert (small.train.epochs, small.train.eval_every) == (epochs, epochs)
+
+
+def _placement_result(ranks: int, median: float, agents: int = 15) -> dict:
+    return {
+        "label": f"placement{agents}-r{ranks}",
+        "group": f"g{agents}",
+        "config": "configs/mnist15.yaml",
+        "overrides": [],
+        "algorithm": "sheaf_frl",
+        "agents": agents,
+        "edges": 42,
+        "ranks": ranks,
+        "placement": "contiguous",
+        "agents_per_rank": [agents // ranks] * ranks,
+        "cut_edges": 0 if ranks == 1 else 30,
+        "steps_per_epoch": 4,
+        "threads_per_rank": 1,
+        "epoch_seconds": [median],
+        "all_epoch_seconds": [median] * 3,
+        "stats": summary([median]),
+        "mpi_bytes_total": 0 if ranks == 1 else 1000,
+        "algorithm_bytes_total": 2000,
+    }
+
+
+def test_placement_results_are_judged_against_the_best_of_one_rank_and_one_per_agent() -> None:
+    from fedsheaf.ops.bench.document import evaluate, placement_ratios, render_markdown
+
+    results = [_placement_result(r, t) for r, t in ((1, 4.0), (3, 4.4), (5, 5.0), (15, 6.0))]
+    doc = {"meta": {}, "launches": [_launch(r) for r in results], "results": {"placement": results}}
+    rows = [row for row in evaluate(doc) if row["id"] == "29"]
+    assert [(row["where"], row["value"], row["status"]) for row in rows] == [
+        ("g15 (15 agents, R = 3)", pytest.approx(1.1), "met"),
+        ("g15 (15 agents, R = 5)", pytest.approx(1.25), "missed"),
+    ]
+    assert "host memory 0.2× that of R = 15 (R/15 = 0.2)" in rows[0]["note"]
+    gb = 10**9
+    ratios = placement_ratios(
+        [dict(r, memory={"peak_rss_bytes_total": r["ranks"] * gb}) for r in results]
+    )
+    assert ratios[1]["memory_vs_ref"] == pytest.approx(1 / 15)
+    md = render_markdown(doc)
+    assert "## N agents on R ranks (placement)" in md
+    assert "| 3 | 5 | 1 | 30 of 42 | 4.4 |" in md
+    # without R = N (100 agents on 1, 2, 4 ranks): against R = 1, memory against R = 4
+    hundred = [_placement_result(r, 10.0, agents=100) for r in (1, 2, 4)]
+    doc["results"] = {"placement": hundred}
+    doc["launches"] = [_launch(r) for r in hundred]
+    (two, four) = [row for row in evaluate(doc) if row["id"] == "29"]
+    assert two["value"] == 1.0 and "best of R = 1;" in two["note"] and "R = 4" in four["note"]
+
+
+def _launch(result: dict) -> dict:
+    """The launch record of a placement result: 1 GB peak on each of its ranks."""
+    gb, ranks = 10**9, result["ranks"]
+    return {
+        "label": result["label"],
+        "ranks": ranks,
+        "returncode": 0,
+        "memory": {
+            "peak_rss_bytes": [gb] * ranks,
+            "peak_rss_bytes_max": gb,
+            "peak_rss_bytes_total": gb * ranks,
+        },
+    }

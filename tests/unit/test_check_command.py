@@ -54,8 +54,7 @@ def test_a_sound_config_is_described_and_nothing_is_written(capsys, out_dir):
 
 def test_it_does_not_import_mpi():
     code = (
-        "import sys, fedsheaf.cli.check, fedsheaf.rundir.preflight; "
-        "print('mpi4py' in sys.modules)"
+        "import sys, fedsheaf.cli.check, fedsheaf.rundir.preflight; print('mpi4py' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
@@ -154,8 +153,10 @@ def test_the_run_directory_is_checked_as_the_job_would(capsys, out_dir):
     code, out, err = check(capsys, "--resume", str(run))
     assert code == 0, err
     assert out.splitlines()[-1] == f"fedsheaf check: would resume {run} after epoch 2"
-    code, _, err = check(capsys, "--resume", str(run), "-n", "3")
-    assert code == 2 and "has 4 nodes but the job has 3 ranks" in err
+    code, out, err = check(capsys, "--resume", str(run), "-n", "3")  # agents share ranks
+    assert code == 0 and out.splitlines()[-1].endswith(f"would resume {run} after epoch 2"), err
+    code, _, err = check(capsys, "--resume", str(run), "-n", "5")
+    assert code == 2 and "has 4 nodes but the job has 5 ranks" in err
     code, _, err = check(capsys, "--resume", str(run), "train.epochs=1")
     assert code == 2 and "checkpointed after epoch 2, past the 1 epochs" in err
     # ended at its checkpoint's epoch, which was not evaluated: refused, as the job would
@@ -240,8 +241,8 @@ def test_the_15_agent_study_is_what_15_ranks_would_run(capsys, out_dir, fmnist_r
     assert code == 0, err
     assert out.startswith("fedsheaf check: ok for 15 ranks: sheaf_frl 'mnist15' on mnist15 ")
     assert "(15 agents, 42 edges), fashionmnist" in out
-    code, _, err = check(capsys, "-n", "14", "configs/mnist15.yaml", f"output.dir={out_dir}")
-    assert code == 2 and "has 15 nodes but the job has 14 ranks" in err
+    code, _, err = check(capsys, "-n", "16", "configs/mnist15.yaml", f"output.dir={out_dir}")
+    assert code == 2 and "has 15 nodes but the job has 16 ranks" in err
 
 
 def test_it_says_what_the_job_will_ask_for(capsys, out_dir):
@@ -265,3 +266,43 @@ def test_it_says_what_the_job_will_ask_for(capsys, out_dir):
     code, out, err = check(capsys, "-n", "3", server, f"output.dir={out_dir}")
     assert code == 0, err
     assert "the job will ask for: 3 tasks (1 server + 2 workers), " in out
+
+
+def test_it_describes_the_placement_of_agents_on_fewer_ranks(capsys, out_dir):
+    """Issue 29: which agents each rank holds, the edges between ranks, the tasks a job
+    of R ranks asks for and the memory of its fullest rank."""
+    code, out, err = check(capsys, QUICK, f"output.dir={out_dir}")
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("fedsheaf check: ok for 4 ranks: ")
+    assert (
+        "fedsheaf check: placement: one agent per rank (the config takes 1 to 4 ranks; fewer "
+        "hold several agents each: check them with -n R)\n" in out
+    )
+    one = _estimate(out, "agent 2")
+    code, out, err = check(capsys, "-n", "3", QUICK, f"output.dir={out_dir}")
+    assert code == 0, err
+    lines = [ln.removeprefix("fedsheaf check: ") for ln in out.splitlines()]
+    assert lines[1:6] == [
+        "placement: 4 agents on 3 ranks (1 to 2 per rank, contiguous; 5 of 6 edges between ranks)",
+        "rank 0: agents 0-1",
+        "rank 1: agents 2",
+        "rank 2: agents 3",
+        "edges between ranks (rank pairs that exchange): 0-1 (2 edges), 0-2 (2 edges), "
+        "1-2 (1 edge)",
+    ]
+    asks = next(ln for ln in lines if ln.startswith("the job will ask for: "))
+    assert asks.startswith("the job will ask for: 3 tasks (1 to 2 agents each, 4 in all), ")
+    # the fullest rank holds torch once and two agents' models and data
+    assert _estimate(out, "rank 0 (2 agents)") > one
+    code, out, err = check(capsys, "-n", "1", QUICK, f"output.dir={out_dir}")
+    assert code == 0, err
+    assert "no graph edge between ranks: nothing crosses MPI" in out
+    assert "the job will ask for: 1 task (4 agents each, 4 in all), " in out
+
+
+def _estimate(out: str, rank: str) -> float:
+    """The estimated peak memory ``fedsheaf check`` printed, in bytes, checking which
+    rank it names as the one that needs most."""
+    found = re.search(r"estimated peak memory per rank ~([\d.]+) (kB|MB|GB) \((.*)\)$", out, re.M)
+    assert found and found[3].endswith(f"; {rank}, the rank that needs most"), out
+    return float(found[1]) * {"kB": 1e3, "MB": 1e6, "GB": 1e9}[found[2]]

@@ -239,6 +239,123 @@ def test_a_manifest_from_before_digests_loads_as_it_is(tmp_path):
             checkpoint.latest(tmp_path, 1)
 
 
+def _agent(i: int) -> dict:
+    """An agent's part of a checkpoint (as LocalAgents.state writes it)."""
+    return {"algorithm": {"w": torch.full((500,), float(i))}, "bytes_total": {i: 10 * i}}
+
+
+def _save_placed(run, epoch, placement, keep=2, record=True):
+    """A decentralized run's checkpoint after ``epoch`` with its agents on ranks as in
+    ``placement`` (one agent per rank: that agent's part as the file; several: "agents");
+    rank 0's file carries the history and clock."""
+    files = []
+    for rank, block in enumerate(placement):
+        if len(placement) == sum(map(len, placement)):
+            state = _agent(block[0])
+        else:
+            state = {"agents": {i: _agent(i) for i in block}}
+        if rank == 0:
+            state.update(history=[{"epoch": e} for e in range(1, epoch + 1)], wall_seconds=1.5)
+        files.append(checkpoint.save_rank(run, epoch, rank, state))
+    return checkpoint.commit(
+        run, epoch, len(placement), keep, files=files, placement=placement if record else None
+    )
+
+
+def _same(part, i) -> bool:
+    return torch.equal(part["algorithm"]["w"], _agent(i)["algorithm"]["w"]) and part[
+        "bytes_total"
+    ] == {i: 10 * i}
+
+
+def test_the_manifest_records_the_placement_and_any_rank_count_reads_it(tmp_path):
+    four, two = ((0,), (1,), (2,), (3,)), ((0, 1), (2, 3))
+    _save_placed(tmp_path, 1, four)
+    written = _save_placed(tmp_path, 2, two)
+    assert written.placement == two and written.n_ranks == 2
+    manifest = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    assert manifest["placement"] == {"1": [[0], [1], [2], [3]], "2": [[0, 1], [2, 3]]}
+    assert manifest["n_ranks"] == 2 and list(manifest["files"]["2"]) == ["rank-0.pt", "rank-1.pt"]
+    # a decentralized run of 4 agents reads them on any rank count; each checkpoint keeps
+    # its own rank count and placement
+    for ranks in (1, 2, 3, 4):
+        found = checkpoint.listed(tmp_path, ranks, agents=4)
+        assert [(c.epoch, c.n_ranks, c.placement) for c in found] == [(2, 2, two), (1, 4, four)]
+    # other families (no agent count): only the rank count that wrote the newest
+    with pytest.raises(CheckpointError, match="its checkpoints hold 2 ranks but this job has 4"):
+        checkpoint.listed(tmp_path, 4)
+    with pytest.raises(CheckpointError, match="hold 4 agents but this run has 5"):
+        checkpoint.listed(tmp_path, 4, agents=5)
+    newest, older = checkpoint.listed(tmp_path, 4, agents=4)
+    # 2 -> 4 ranks: rank 3 reads agent 3 from rank 1's file; rank 0 also gets the history
+    assert list(checkpoint.read_agents(newest, [3], root=False)) == ["agents"]
+    assert _same(checkpoint.read_agents(newest, [3], root=False)["agents"][3], 3)
+    on_root = checkpoint.read_agents(newest, [0], root=True)
+    assert _same(on_root["agents"][0], 0) and on_root["wall_seconds"] == 1.5
+    assert [r["epoch"] for r in on_root["history"]] == [1, 2]
+    # 4 -> 1: every agent, from four one-agent files (without their header and history)
+    alone = checkpoint.read_agents(older, [0, 1, 2, 3], root=True)
+    assert sorted(alone["agents"]) == [0, 1, 2, 3]
+    assert all(_same(alone["agents"][i], i) and len(alone["agents"][i]) == 2 for i in range(4))
+    assert [r["epoch"] for r in alone["history"]] == [1]
+    # the same layout: this rank's own file, as it is (today's format)
+    assert checkpoint.read_agents(newest, [2, 3], root=False)["rank"] == 1
+    assert checkpoint.read_agents(older, [2], root=False)["rank"] == 2
+    # complete: every file the checkpoint was written with, whatever the job's count now
+    checkpoint.rank_file(tmp_path, 1, 3).unlink()
+    assert [c.epoch for c in checkpoint.complete(tmp_path, 4, agents=4)] == [2]
+    checkpoint.rank_file(tmp_path, 2, 1).unlink()
+    assert checkpoint.complete(tmp_path, 1, agents=4) == []
+    # placements follow the epochs the manifest keeps
+    checkpoint.forget_after(tmp_path, 1)
+    manifest = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    assert list(manifest["placement"]) == ["1"]
+
+
+def test_a_damaged_agent_file_is_refused_by_the_ranks_that_read_it(tmp_path):
+    ckpt = _save_placed(tmp_path, 1, ((0, 1), (2, 3)))
+    path = ckpt.rank_file(1)
+    _garble_tensor(path, _agent(3)["algorithm"]["w"])
+    for agents, root in (([3], False), ([1, 2], False), ([0, 1, 2, 3], True)):
+        with pytest.raises(CheckpointError, match=rf"{path} is damaged \(sha256 mismatch"):
+            checkpoint.read_agents(ckpt, agents, root)
+    assert _same(checkpoint.read_agents(ckpt, [1], root=True)["agents"][1], 1)  # not read
+    # a file that does not hold an agent its manifest says it holds
+    torch_state = {"agents": {2: _agent(2)}}
+    files = [checkpoint.save_rank(tmp_path, 2, r, torch_state) for r in range(2)]
+    ckpt = checkpoint.commit(tmp_path, 2, 2, files=files, placement=((0, 1), (2, 3)))
+    with pytest.raises(CheckpointError, match=r"epoch-0002/rank-0.pt does not hold agent 0$"):
+        checkpoint.read_agents(ckpt, [0], root=True)
+
+
+def test_a_manifest_without_placements_held_one_agent_per_rank(tmp_path):
+    one_each = ((0,), (1,), (2,), (3,))
+    _save_placed(tmp_path, 1, one_each, record=False)  # as written before placements
+    assert "placement" not in json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    (older,) = checkpoint.listed(tmp_path, 2, agents=4)
+    assert older.placement == one_each and older.n_ranks == 4
+    assert sorted(checkpoint.read_agents(older, [0, 1], root=True)["agents"]) == [0, 1]
+    # the next commit, on another rank count, records what the older epoch held
+    _save_placed(tmp_path, 2, ((0, 1), (2, 3)))
+    manifest = json.loads((tmp_path / "checkpoints" / "latest.json").read_text())
+    assert manifest["placement"]["1"] == [[0], [1], [2], [3]] and manifest["epochs"] == [1, 2]
+    # agents shared ranks, unrecorded: only that rank count can read it (its own files)
+    other = tmp_path / "shared"
+    _save_placed(other, 1, ((0, 1), (2, 3)), record=False)
+    (same,) = checkpoint.listed(other, 2, agents=4)
+    assert same.placement is None and same.n_ranks == 2
+    with pytest.raises(CheckpointError, match="its checkpoints hold 2 ranks but this job has 3"):
+        checkpoint.listed(other, 3, agents=4)
+    # a placement that does not place agents 0..N-1 once each is a malformed manifest
+    manifest = other / "checkpoints" / "latest.json"
+    for bad in ('{"1": [[0, 1], [1, 3]]}', '{"1": [[0], []]}', '{"1": [["0"]]}', "[]"):
+        record = json.loads(manifest.read_text())
+        manifest.write_text(json.dumps(record)[:-1] + f', "placement": {bad}}}')
+        with pytest.raises(CheckpointError, match="latest.json is malformed"):
+            checkpoint.listed(other, 2, agents=4)
+        manifest.write_text(json.dumps(record))
+
+
 def test_starting_over_deletes_only_the_checkpoint_files_fedsheaf_wrote(tmp_path):
     _save_all(tmp_path, 1, 2)
     _save_all(tmp_path, 2, 2)

@@ -97,13 +97,24 @@ def test_study15_options_and_errors(fake_srun, tmp_path):
     assert argv[-1] == "configs/quickstart.yaml"
     env = fake_srun.log.with_name("srun.log.env").read_text()
     assert "FEDSHEAF_THREADS=1" in env  # no SLURM_CPUS_PER_TASK: one thread
-    proc, argv = fake_srun("study15.sbatch", SLURM_NTASKS="4")
-    assert proc.returncode == 2 and argv == []
-    assert "needs 15 tasks" in proc.stderr
+    for wrong in ("16", "0", "x"):
+        proc, argv = fake_srun("study15.sbatch", SLURM_NTASKS=wrong)
+        assert proc.returncode == 2 and argv == []
+        said = "takes 1 to 15 tasks (one rank per agent, or agents sharing ranks), got"
+        assert f"{said} SLURM_NTASKS={wrong}" in proc.stderr
     proc, argv = fake_srun("study15.sbatch", CONFIG="configs/missing.yaml")
     assert proc.returncode == 2 and argv == [] and "configs/missing.yaml not found" in proc.stderr
     proc, _ = fake_srun("study15.sbatch", FAKE_SRUN_EXIT="3")
     assert proc.returncode == 3  # a failed run fails the job
+
+
+def test_study15_places_its_agents_on_the_tasks_it_gets(fake_srun):
+    # sbatch --ntasks=3: the 15 agents on 3 ranks, 5 a rank (issue 29)
+    for ranks in ("1", "3", "5"):
+        proc, argv = fake_srun("study15.sbatch", SLURM_NTASKS=ranks)
+        assert proc.returncode == 0, proc.stderr
+        assert argv[argv.index("-n") + 1] == ranks
+        assert f"study15: 15 agents on {ranks} ranks" in proc.stdout
 
 
 def _run_list(tmp_path: Path, lines: list[str]) -> Path:

@@ -334,6 +334,34 @@ def test_keys_the_sweep_sets_per_run_cannot_be_overridden(tmp_path, capsys):
     assert len(expand(_study(tmp_path, seeds=[0], methods=both), write=False).runs) == 6
 
 
+def test_agents_per_rank_emits_fewer_tasks_for_decentralized_methods(tmp_path, capsys):
+    # 15 agents, 4 a rank: ceil(15/4) = 4 tasks; a method's own 'ranks' wins
+    methods = [
+        {"name": "sf", "set": {"algorithm": "sheaf_frl"}},
+        {"name": "nc", "set": {"algorithm": "noncoop"}, "ranks": 15},
+    ]
+    study = str(_study(tmp_path, seeds=[0], methods=methods))
+    argv = ["sweep", study, "--emit", "--agents-per-rank", "4", "--launcher", "srun -n {n}"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    lines = (tmp_path / "out/commands-4tasks.txt").read_text().splitlines()
+    assert len(lines) == 3 and all(shlex.split(ln)[:3] == ["srun", "-n", "4"] for ln in lines)
+    assert "sbatch --array=1-3 --ntasks=4 slurm/sweep_array.sbatch" in out
+    assert "sbatch --array=1-3 --ntasks=15 slurm/sweep_array.sbatch" in out
+    ranks = {
+        r["method"]: r["ranks"]
+        for r in json.loads((tmp_path / "out/study.json").read_text())["runs"]
+    }
+    assert ranks == {"sf": 4, "nc": 15}
+    # 100 agents on 8 tasks: 13 a rank; and the dry run prints the same count
+    assert cli.main(["sweep", study, "--agents-per-rank", "15"]) == 0
+    assert "mpiexec -n 1 fedsheaf run" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:  # argparse's refusal, as for --throttle
+        cli.main(["sweep", study, "--agents-per-rank", "0"])
+    assert exc.value.code == 2
+    assert "argument --agents-per-rank: '0' is not a whole number" in capsys.readouterr().err
+
+
 def test_out_chooses_the_sweep_directory(tmp_path, capsys):
     study = str(_study(tmp_path, seeds=[0]))
     target = tmp_path / "elsewhere"
@@ -369,13 +397,16 @@ def test_a_methods_ranks_must_be_a_whole_number(tmp_path, capsys, ranks, shown):
 
 def test_a_methods_ranks_must_be_the_count_its_runs_take(tmp_path, capsys):
     quick = {"config": str(REPO / "configs/quickstart.yaml"), "set": None, "seeds": [0]}
-    path = _study(tmp_path, **quick, methods=[{"name": "sf", "ranks": 3}])
+    path = _study(tmp_path, **quick, methods=[{"name": "sf", "ranks": 5}])
     _refused(
         capsys,
         [str(path), "--emit"],
-        "method sf: ranks 3 does not fit run sf-s0-seed0: sheaf_frl runs on exactly 4 ranks "
-        "there (one per graph node); leave 'ranks' out to get that",
+        "method sf: ranks 5 does not fit run sf-s0-seed0: sheaf_frl runs on 1 to 4 ranks "
+        "there (the graph's 4 agents share them); leave 'ranks' out for one rank per agent",
     )
+    for fewer in (1, 3):  # decentralized agents share ranks (issue 29)
+        path = _study(tmp_path, **quick, methods=[{"name": "sf", "ranks": fewer}])
+        assert [r.ranks for r in expand(path, write=False).runs] == [fewer] * 3
     pair = {
         "config": str(REPO / "configs/pair.yaml"),
         "axis": {"name": "d", "preset": "table3", "values": [16]},

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from fedsheaf.ops.bench.formulas import ratio
 from fedsheaf.ops.bench.plan import K_METHOD
 from fedsheaf.util.atomic import atomic_write_json, atomic_write_text
 from fedsheaf.util.units import human_bytes
@@ -163,6 +164,63 @@ def _clients_rows(results: list[dict[str, Any]]) -> Iterable[dict]:
         )
 
 
+def placement_groups(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The placement results by group (the same agents on several rank counts), each by
+    rank count, with the launch's peak memory (``memory``: :func:`fedsheaf.util.memory.per_rank`'s
+    record) added from its launch record."""
+    memory = {la["label"]: la.get("memory") or {} for la in doc.get("launches", [])}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in doc.get("results", {}).get("placement", []):
+        if r:
+            groups.setdefault(r["group"], []).append(dict(r, memory=memory.get(r["label"], {})))
+    return {g: sorted(rs, key=lambda r: r["ranks"]) for g, rs in groups.items()}
+
+
+def placement_ratios(results: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """By rank count R: the median epoch over the best of R = 1's and R = N's (those
+    measured), and the host memory (peak RSS summed over ranks) over R = N's (else over
+    the most ranks measured), beside the ideal R / N."""
+    n = results[0]["agents"]
+    median = {r["ranks"]: r["stats"]["median"] for r in results}
+    ends = [median[k] for k in (1, n) if median.get(k) is not None]
+    best = min(ends) if ends else None
+    total = {r["ranks"]: r["memory"].get("peak_rss_bytes_total") for r in results}
+    ref = n if total.get(n) else max((k for k, v in total.items() if v), default=n)
+    return {
+        r["ranks"]: {
+            "time_vs_best_end": ratio(median[r["ranks"]], best),
+            "memory_vs_ref": ratio(total[r["ranks"]], total.get(ref)),
+            "memory_ref_ranks": ref,
+            "memory_ideal": r["ranks"] / ref,
+        }
+        for r in results
+    }
+
+
+def _placement_rows(doc: dict[str, Any]) -> Iterable[dict]:
+    for group, results in placement_groups(doc).items():
+        n = results[0]["agents"]
+        measured = [k for k in (1, n) if any(r["ranks"] == k for r in results)]
+        ratios = placement_ratios(results)
+        for r in results:
+            if r["ranks"] in (1, n):
+                continue
+            got = ratios[r["ranks"]]
+            ends = " and ".join(f"R = {k}" for k in measured) or "neither end"
+            yield _row(
+                "29",
+                "N agents on R ranks: epoch within 1.2× of the best of R = 1 and R = N",
+                f"{group} ({n} agents, R = {r['ranks']})",
+                got["time_vs_best_end"],
+                _status(
+                    None if got["time_vs_best_end"] is None else got["time_vs_best_end"] <= 1.2
+                ),
+                f"best of {ends}; host memory {fmt(got['memory_vs_ref'])}× that of "
+                f"R = {got['memory_ref_ranks']} (R/{got['memory_ref_ranks']} = "
+                f"{fmt(got['memory_ideal'])})",
+            )
+
+
 def evaluate(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per target and place measured: value, status (met/missed/…) and a note."""
     res = doc.get("results", {})
@@ -175,6 +233,7 @@ def evaluate(doc: dict[str, Any]) -> list[dict[str, Any]]:
         lambda: _speedup_rows(res.get("speedup", []), device),
         lambda: _scaling_rows(res.get("scaling", [])),
         lambda: _clients_rows(res.get("clients", [])),
+        lambda: _placement_rows(doc),
     ]
     for make in makers:
         rows.extend(make())
@@ -471,6 +530,8 @@ def render_markdown(doc: dict[str, Any]) -> str:
         present = [r for r in res.get(case, []) if r]
         if present:
             out += render(present)
+    if any(res.get("placement", [])):
+        out += _placement_md(doc)
     out += _memory_md(doc.get("launches", []))
     failed = [la for la in doc.get("launches", []) if la.get("returncode") != 0]
     if failed:
@@ -487,6 +548,76 @@ def render_markdown(doc: dict[str, Any]) -> str:
         ]
         out.append("")
     return "\n".join(out)
+
+
+def _placement_md(doc: dict[str, Any]) -> list[str]:
+    out = ["## N agents on R ranks (placement)", ""]
+    for group, results in placement_groups(doc).items():
+        first = results[0]
+        ratios = placement_ratios(results)
+        out += [
+            f"**{group}** ({first['config']} {' '.join(first['overrides'])}): "
+            f"{first['agents']} agents, {first['edges']} edges, {first['algorithm']}, "
+            f"{first['steps_per_epoch']} steps/epoch, {first['placement']} placement, "
+            f"device {first.get('device', 'cpu')}" + _gpu_sharing(first),
+            "",
+        ]
+        out += _table(
+            [
+                "R",
+                "agents per rank",
+                "threads per rank",
+                "edges between ranks",
+                "epoch s (median)",
+                "min",
+                "max",
+                "n",
+                "epoch / best of R=1, R=N",
+                "peak RSS per rank (largest)",
+                "peak RSS summed over ranks",
+                "sum / ref",
+                "GPU (largest rank)",
+                "bytes over MPI",
+                "bytes of the algorithm",
+            ],
+            [
+                [
+                    r["ranks"],
+                    _spread(r["agents_per_rank"]),
+                    r["threads_per_rank"],
+                    f"{r['cut_edges']} of {r['edges']}",
+                    r["stats"]["median"],
+                    r["stats"]["min"],
+                    r["stats"]["max"],
+                    r["stats"]["n"],
+                    ratios[r["ranks"]]["time_vs_best_end"],
+                    human_bytes(r["memory"].get("peak_rss_bytes_max")),
+                    human_bytes(r["memory"].get("peak_rss_bytes_total")),
+                    ratios[r["ranks"]]["memory_vs_ref"],
+                    human_bytes(r["memory"].get("peak_cuda_bytes_max")),
+                    human_bytes(r["mpi_bytes_total"]),
+                    human_bytes(r["algorithm_bytes_total"]),
+                ]
+                for r in results
+            ],
+        )
+        ref = ratios[first["ranks"]]["memory_ref_ranks"]
+        out += [
+            "",
+            f"Epoch: barrier to barrier over all ranks, training plus the map refresh, no "
+            f"evaluation (a warm-up epoch first). sum / ref: the peak RSS summed over ranks "
+            f"over that of R = {ref} (holding every agent on R ranks ideally cuts it to "
+            f"R/{ref}). Bytes over MPI: what crossed between ranks; bytes of the algorithm: "
+            "the per-edge traffic of SPEC §2, whatever the placement (evaluation included).",
+            "",
+        ]
+    return out
+
+
+def _spread(sizes: list[int]) -> str:
+    """``[5, 5, 5]`` → ``"5"``, ``[34, 33, 33]`` → ``"33-34"``."""
+    lo, hi = min(sizes), max(sizes)
+    return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
 def _memory_md(launches: list[dict[str, Any]]) -> list[str]:

@@ -27,7 +27,7 @@ from typing import Any
 from fedsheaf.config.sections import load_config, require_plain_name
 from fedsheaf.ops.bench import document as report
 from fedsheaf.ops.bench.plan import (
-    CASE_NAMES,
+    DEFAULT_CASES,
     FEDREP_DATASET,
     Launch,
     pilot_batch_methods,
@@ -339,7 +339,7 @@ def default_tag(args: argparse.Namespace, device: str, launches: list[Launch]) -
     tag = f"{args.size}-{device}"
     if args.only:
         tag += "-" + "+".join(la.label for la in launches)
-    elif args.cases and set(CASE_NAMES) - set(args.cases):
+    elif args.cases and set(args.cases) != set(DEFAULT_CASES):
         tag += "-" + "+".join(dict.fromkeys(args.cases))
     if args.set or args.pilot_batches is not None:
         tag += "-set"

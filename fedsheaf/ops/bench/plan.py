@@ -24,7 +24,10 @@ from typing import Any
 
 from fedsheaf.util.errors import ConfigError
 
-CASE_NAMES = ("overhead", "pilot_cost", "bytes", "speedup", "scaling", "clients")
+CASE_NAMES = ("overhead", "pilot_cost", "bytes", "speedup", "scaling", "clients", "placement")
+#: What ``fedsheaf bench`` runs without case names: all but the placement case (seven
+#: launches of its own, ~15 min on 2 cores: ``fedsheaf bench placement``).
+DEFAULT_CASES = tuple(c for c in CASE_NAMES if c != "placement")
 SIZES = ("small", "full")
 #: The 28×28 data sets the decentralized cases run on (Table 2's encoders and byte counts).
 DATASETS = ("fashionmnist", "mnist")
@@ -44,6 +47,13 @@ K_METHOD = "sheaf_frl_K="
 #: The pair with agent 1 a copy of agent 0's model: the neighbours then wait for each
 #: other only by jitter, which overlapping the exchange with the backward can hide.
 TWINS = ["agents[1].encoder=[32,64,128]", "agents[1].head=[64,32]", "agents[1].dropout=0.3"]
+#: The placement case (N agents on R ranks): the 15 Table-2 agents on these rank counts,
+#: and a 100-agent graph of small identical models (:data:`PLACEMENT_AGENT`) on these.
+PLACEMENT_RANKS_15 = (1, 3, 5, 15)
+PLACEMENT_RANKS_100 = {"small": (1, 2, 4), "full": (1, 2, 4, 8, 16)}
+#: Built by ``fedsheaf graph build erdos-renyi --name er100 --dims 16,...,16 --p 0.05``.
+PLACEMENT_GRAPH = "graphs/er100.yaml"
+PLACEMENT_AGENT = {"encoder": [8, 16], "head": [32], "dropout": 0.1, "classes": list(range(10))}
 
 
 @dataclass
@@ -81,6 +91,32 @@ def _twins(img: list[str], reps: int, small: bool) -> Launch:
 def pilot_batch_methods(ks: Sequence[int]) -> dict[str, list[str]]:
     """Overhead-case methods: Sheaf-FRL with each pilot batch K in ``ks``."""
     return {f"{K_METHOD}{k}": ["algorithm=sheaf_frl", f"sheaf.pilot_batch={k}"] for k in ks}
+
+
+def placement_launches(size: str, img: list[str], reps: int) -> list[Launch]:
+    """The placement case: one launch per rank count R, the 15 Table-2 agents (group
+    ``table2-15``) and the 100 small agents of :data:`PLACEMENT_GRAPH` (group ``er100``);
+    Sheaf-FRL, a few timed epochs each (at the small size: 4 steps, a 3-epoch median)."""
+    small = size == "small"
+    short = ["train.steps_per_epoch=4", "data.limit=6000"] if small else []
+    hundred = ["train.steps_per_epoch=4", "data.limit=20000"] if small else []
+    repeats = min(reps, 3) if small else reps
+    out = []
+    for r in PLACEMENT_RANKS_15:
+        spec = {"config": "configs/mnist15.yaml", "overrides": [*img, *short], "repeats": repeats}
+        out.append(Launch(f"placement15-r{r}", r, ["placement"], dict(spec, group="table2-15")))
+    for r in PLACEMENT_RANKS_100[size]:
+        spec = {
+            "config": "configs/quickstart.yaml",
+            "overrides": [*img, f"graph={PLACEMENT_GRAPH}", *hundred],
+            "agent": PLACEMENT_AGENT,
+            "repeats": repeats,
+            "group": "er100",
+        }
+        out.append(Launch(f"placement100-r{r}", r, ["placement"], spec))
+    for launch in out:  # one rank holding every agent may use every core
+        launch.mpi_flags = ["--bind-to", "none"]
+    return out
 
 
 def parse_counts(text: str, what: str) -> list[int]:
@@ -262,6 +298,8 @@ def plan(
                     env={"FEDSHEAF_THREADS": "1"},
                 )
             )
+
+    launches += placement_launches(size, img, reps)
 
     chosen = []
     for launch in launches:

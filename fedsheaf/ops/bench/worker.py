@@ -16,11 +16,12 @@ from typing import Any
 from fedsheaf.ops.bench.clients import CASES as CLIENT_CASES
 from fedsheaf.ops.bench.decentralized import CASES as DECENTRALIZED_CASES
 from fedsheaf.ops.bench.pilot_cost import CASES as PILOT_CASES
+from fedsheaf.ops.bench.placement import CASES as PLACEMENT_CASES
 from fedsheaf.ops.bench.rank_tools import environment
 from fedsheaf.runtime.world import exit_at_once, init_world, refuse_unusable_gpus
 from fedsheaf.util.atomic import atomic_write_json
 
-CASES = {**DECENTRALIZED_CASES, **PILOT_CASES, **CLIENT_CASES}
+CASES = {**DECENTRALIZED_CASES, **PILOT_CASES, **CLIENT_CASES, **PLACEMENT_CASES}
 
 
 def main(argv: list[str] | None = None) -> int:
