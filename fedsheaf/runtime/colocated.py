@@ -32,7 +32,7 @@ from mpi4py import MPI
 
 from fedsheaf.graphs import Graph
 from fedsheaf.runtime import heartbeat
-from fedsheaf.runtime.topology import Neighbourhood, Shape, _as_buffer
+from fedsheaf.runtime.topology import EdgePort, Neighbourhood, Shape, _as_buffer
 from fedsheaf.util.errors import CheckpointError
 
 T = TypeVar("T")
@@ -135,29 +135,13 @@ class _Pending:
         return self._result
 
 
-class AgentPort:
+class AgentPort(EdgePort):
     """One agent's neighbourhood on a shared rank (the interface of
     :class:`~fedsheaf.runtime.topology.Neighbourhood`, neighbours being agent ids)."""
 
     def __init__(self, group: AgentGroup, slot: int, agent: int) -> None:
+        super().__init__(group.graph.neighbours(agent))
         self.group, self.slot, self.agent = group, slot, agent
-        self.neighbours = list(group.graph.neighbours(agent))
-        self.bytes_total = {j: 0 for j in self.neighbours}
-        self.bytes_round = {j: 0 for j in self.neighbours}
-
-    @property
-    def degree(self) -> int:
-        return len(self.neighbours)
-
-    def _count(self, sent: Sequence[int]) -> None:
-        for j, n in zip(self.neighbours, sent, strict=True):
-            self.bytes_total[j] += n
-            self.bytes_round[j] += n
-
-    def take_round_bytes(self) -> dict[int, int]:
-        """Bytes sent to each neighbour since the last call (then reset)."""
-        out, self.bytes_round = self.bytes_round, {j: 0 for j in self.neighbours}
-        return out
 
     def _start(
         self, bufs: list[np.ndarray], shapes: Sequence[Shape] | None, device: torch.device | None
@@ -188,24 +172,6 @@ class AgentPort:
         if len(mats) != self.degree:
             raise ValueError(f"exchange_each needs {self.degree} matrices, got {len(mats)}")
         return self._start([_as_buffer(m) for m in mats], shapes, device)
-
-    def exchange(
-        self,
-        mat: torch.Tensor | np.ndarray,
-        shapes: Sequence[Shape] | None = None,
-        device: torch.device | None = None,
-    ) -> list[torch.Tensor]:
-        """Send the same matrix to every neighbour; return theirs in neighbour order."""
-        return self.start_exchange(mat, shapes, device).wait()
-
-    def exchange_each(
-        self,
-        mats: Sequence[torch.Tensor | np.ndarray],
-        shapes: Sequence[Shape] | None = None,
-        device: torch.device | None = None,
-    ) -> list[torch.Tensor]:
-        """Send ``mats[k]`` to neighbour k; return what each neighbour sent to us."""
-        return self.start_exchange_each(mats, shapes, device).wait()
 
 
 class AgentGroup:

@@ -16,6 +16,7 @@ split form to back-propagate the private batch while the pilots are in flight.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -67,23 +68,14 @@ class PendingExchange:
         return self._result
 
 
-class Neighbourhood:
-    """This rank's neighbours and the collectives that reach them.
+class EdgePort:
+    """An agent's side of its graph edges: per-neighbour byte counters, and the blocking
+    exchanges built on the ``start_*`` forms a subclass provides (:class:`Neighbourhood`:
+    one agent per rank; :class:`~fedsheaf.runtime.colocated.AgentPort`: agents sharing a
+    rank)."""
 
-    Parameters
-    ----------
-    comm:
-        The world (or any) communicator containing every graph node as a rank.
-    neighbours:
-        Ranks adjacent to this one, in the order results are returned.
-    """
-
-    def __init__(self, comm: MPI.Intracomm, neighbours: Sequence[int]) -> None:
+    def __init__(self, neighbours: Sequence[int]) -> None:
         self.neighbours = [int(j) for j in neighbours]
-        self.comm = comm.Create_dist_graph_adjacent(self.neighbours, self.neighbours, reorder=False)
-        sources, destinations, _ = self.comm.Get_dist_neighbors()
-        if list(sources) != self.neighbours or list(destinations) != self.neighbours:
-            raise RuntimeError("MPI reordered the neighbour lists of the dist-graph communicator")
         self.bytes_total = {j: 0 for j in self.neighbours}
         self.bytes_round = {j: 0 for j in self.neighbours}
 
@@ -100,6 +92,61 @@ class Neighbourhood:
         """Bytes sent to each neighbour since the last call (then reset)."""
         out, self.bytes_round = self.bytes_round, {j: 0 for j in self.neighbours}
         return out
+
+    def start_exchange(
+        self,
+        mat: torch.Tensor | np.ndarray,
+        shapes: Sequence[Shape] | None = None,
+        device: torch.device | None = None,
+    ) -> Any:
+        raise NotImplementedError
+
+    def start_exchange_each(
+        self,
+        mats: Sequence[torch.Tensor | np.ndarray],
+        shapes: Sequence[Shape] | None = None,
+        device: torch.device | None = None,
+    ) -> Any:
+        raise NotImplementedError
+
+    def exchange(
+        self,
+        mat: torch.Tensor | np.ndarray,
+        shapes: Sequence[Shape] | None = None,
+        device: torch.device | None = None,
+    ) -> list[torch.Tensor]:
+        """Send the same matrix to every neighbour; return theirs in neighbour order."""
+        got: list[torch.Tensor] = self.start_exchange(mat, shapes, device).wait()
+        return got
+
+    def exchange_each(
+        self,
+        mats: Sequence[torch.Tensor | np.ndarray],
+        shapes: Sequence[Shape] | None = None,
+        device: torch.device | None = None,
+    ) -> list[torch.Tensor]:
+        """Send ``mats[k]`` to neighbour k; return what each neighbour sent to us."""
+        got: list[torch.Tensor] = self.start_exchange_each(mats, shapes, device).wait()
+        return got
+
+
+class Neighbourhood(EdgePort):
+    """This rank's neighbours and the collectives that reach them.
+
+    Parameters
+    ----------
+    comm:
+        The world (or any) communicator containing every graph node as a rank.
+    neighbours:
+        Ranks adjacent to this one, in the order results are returned.
+    """
+
+    def __init__(self, comm: MPI.Intracomm, neighbours: Sequence[int]) -> None:
+        super().__init__(neighbours)
+        self.comm = comm.Create_dist_graph_adjacent(self.neighbours, self.neighbours, reorder=False)
+        sources, destinations, _ = self.comm.Get_dist_neighbors()
+        if list(sources) != self.neighbours or list(destinations) != self.neighbours:
+            raise RuntimeError("MPI reordered the neighbour lists of the dist-graph communicator")
 
     def _split(
         self, recv: np.ndarray, shapes: Sequence[Shape], device: torch.device | None
@@ -183,24 +230,6 @@ class Neighbourhood:
         )
         self._count([b.nbytes for b in bufs])
         return PendingExchange(request, (send,), recv, lambda r: self._split(r, shapes, device))
-
-    def exchange(
-        self,
-        mat: torch.Tensor | np.ndarray,
-        shapes: Sequence[Shape] | None = None,
-        device: torch.device | None = None,
-    ) -> list[torch.Tensor]:
-        """Send the same matrix to every neighbour; return theirs in neighbour order."""
-        return self.start_exchange(mat, shapes, device).wait()
-
-    def exchange_each(
-        self,
-        mats: Sequence[torch.Tensor | np.ndarray],
-        shapes: Sequence[Shape] | None = None,
-        device: torch.device | None = None,
-    ) -> list[torch.Tensor]:
-        """Send ``mats[k]`` to neighbour k; return what each neighbour sent to us."""
-        return self.start_exchange_each(mats, shapes, device).wait()
 
     def free(self) -> None:
         self.comm.Free()
