@@ -221,6 +221,9 @@ def test_a_run_trained_longer_differs_only_in_its_extra_evaluation(runs, tmp_pat
     for ext, ref in zip(extended, reference, strict=True):
         assert _restricted(ext, ref) == ref
     summaries = [json.loads((d / "summary.json").read_text()) for d in (short, long)]
+    # what crossed MPI includes the extra evaluation's messages (the per-edge training
+    # bytes, bytes_sent_total, do not)
+    assert summaries[0].pop("mpi_bytes_total") > summaries[1].pop("mpi_bytes_total")
     assert untimed(summaries[0]) == untimed(summaries[1])
 
     # the long run as if stopped after epoch 3 (not evaluated), then asked to end there
