@@ -249,6 +249,32 @@ def _shape(value: Any) -> str:
     return f"a {type(value).__name__}, not a tensor"
 
 
+def _refuse_global_dropout(model: nn.Module, fail: Any, whose: str) -> None:
+    """``fail`` (a ConfigError) if ``model`` has a dropout that draws from torch's global
+    generator; ``whose`` says where fedsheaf's :class:`GeneratorDropout` draws from."""
+    bad = uses_global_dropout(model)
+    if bad is not None:
+        raise fail(
+            f"has dropout {bad}, which draws from torch's global generator (runs would not "
+            f"follow the seed); use fedsheaf.GeneratorDropout, whose masks fedsheaf draws "
+            f"from {whose}"
+        )
+
+
+def _probe(fail: Any, call: str, fn: Any, x: torch.Tensor, must: str) -> torch.Tensor:
+    """``fn(x)`` on the check batch ``x``, which must give a 2-D tensor of ``CHECK_BATCH``
+    rows; anything else is ``fail`` naming ``call`` and what it ``must`` give."""
+    try:
+        out = fn(x)
+    except Exception as exc:
+        raise fail(
+            f"{call} failed on a batch of shape {tuple(x.shape)}: {_one_line(exc)}"
+        ) from None
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != CHECK_BATCH:
+        raise fail(f"{call} gave {_shape(out)} for a batch of shape {tuple(x.shape)}; {must}")
+    return out
+
+
 def check_agent_model(
     model: nn.Module,
     ref: str,
@@ -277,26 +303,11 @@ def check_agent_model(
                 f"built a {kind} without {method}(): an agent model needs "
                 "encode(x) -> (B, d) latents and decode(z) -> (B, n_classes) logits"
             )
-    bad = uses_global_dropout(model)
-    if bad is not None:
-        raise fail(
-            f"has dropout {bad}, which draws from torch's global generator (runs would not "
-            "follow the seed); use fedsheaf.GeneratorDropout, whose masks "
-            "fedsheaf draws from the agent's own generator"
-        )
+    _refuse_global_dropout(model, fail, "the agent's own generator")
     x = torch.zeros((CHECK_BATCH, *input_shape))
     with _Modes(model), torch.no_grad():
-        try:
-            z = model.encode(x)  # type: ignore[operator]
-        except Exception as exc:
-            raise fail(
-                f"encode(x) failed on a batch of shape {tuple(x.shape)}: {_one_line(exc)}"
-            ) from None
-        if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[0] != CHECK_BATCH:
-            raise fail(
-                f"encode(x) gave {_shape(z)} for a batch of shape {tuple(x.shape)}; it must "
-                f"give (B, d) latents, here ({CHECK_BATCH}, d)"
-            )
+        must = f"it must give (B, d) latents, here ({CHECK_BATCH}, d)"
+        z = _probe(fail, "encode(x)", model.encode, x, must)
         d = int(z.shape[1])
         if dim is not None and d != dim:
             where = f"graph {graph}" if graph else "the graph"
@@ -369,26 +380,11 @@ def check_server_model(
         ) from None
     if not head_names(model):
         raise fail(f"built a {kind} whose head {head_name(model)!r} has no parameters")
-    bad = uses_global_dropout(model)
-    if bad is not None:
-        raise fail(
-            f"has dropout {bad}, which draws from torch's global generator (runs would not "
-            "follow the seed); use fedsheaf.GeneratorDropout, whose masks "
-            "fedsheaf draws from a generator of (seed, client, round)"
-        )
+    _refuse_global_dropout(model, fail, "a generator of (seed, client, round)")
     x = torch.zeros((CHECK_BATCH, *input_shape))
     with _Modes(model), torch.no_grad():
-        try:
-            r = model.representation(x)  # type: ignore[operator]
-        except Exception as exc:
-            raise fail(
-                f"representation(x) failed on a batch of shape {tuple(x.shape)}: {_one_line(exc)}"
-            ) from None
-        if not isinstance(r, torch.Tensor) or r.dim() != 2 or r.shape[0] != CHECK_BATCH:
-            raise fail(
-                f"representation(x) gave {_shape(r)} for a batch of shape {tuple(x.shape)}; "
-                f"it must give (B, r), here ({CHECK_BATCH}, r)"
-            )
+        must = f"it must give (B, r), here ({CHECK_BATCH}, r)"
+        r = _probe(fail, "representation(x)", model.representation, x, must)
         try:
             logits = head(r)
         except Exception as exc:
