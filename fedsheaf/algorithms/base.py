@@ -65,7 +65,11 @@ Shapes = Sequence[tuple[int, int]] | None
 
 
 class Exchange(Protocol):
-    """What an algorithm needs from the runtime's neighbourhood (see runtime.topology)."""
+    """What an algorithm needs from the runtime's neighbourhood (see runtime.topology).
+
+    A port may also say ``meets_other_agents = True`` (agents sharing a rank: a started
+    exchange completes once the rank's other agents reach it), read with ``getattr``.
+    """
 
     neighbours: list[int]
 

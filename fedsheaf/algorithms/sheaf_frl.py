@@ -32,6 +32,7 @@ from fedsheaf.algorithms.base import (
 )
 from fedsheaf.algorithms.sheaf_frl_pilots import PilotPlan
 from fedsheaf.config.sections import ExperimentConfig
+from fedsheaf.models.seeded import ForwardState
 from fedsheaf.sheaf.maps import PilotWindow, stiefel_map, window_batches
 from fedsheaf.sheaf.penalty import agent_lambda, sheaf_penalty
 
@@ -85,22 +86,36 @@ class SheafFRL(DecentralizedAlgorithm):
         return (a_own, a_j) if self.is_head[j] else (a_j, a_own)
 
     def regulariser(self, epoch: int, step: int) -> Regulariser:
-        timer = self.timer
-        with timer("pilot_forward"):
+        timer, sc = self.timer, self.cfg.sheaf
+        meets = getattr(self.nbr, "meets_other_agents", False)
+        # (sheaf.recompute_pilots: the pass is repeated after the exchange, from the state
+        # it started in, so the rank holds no pilot graph while its agents meet)
+        recompute = meets and sc.recompute_pilots and not sc.fused_pilots and self.nbr.neighbours
+        again = ForwardState(self.model) if recompute else None
+        with timer("pilot_forward"), torch.set_grad_enabled(again is None):
             a_own = self.pilot_matrix(epoch, step)
         with timer("exchange"):
             pending = self.send_pilots(a_own.detach())
 
         def finish() -> torch.Tensor:
+            nonlocal a_own
             with timer("exchange"):
                 received = pending.wait()
+            if again is not None:
+                with timer("pilot_forward"):
+                    again.restore()
+                    a_own = self.pilots.features(
+                        self.model.encode, self.agent.data.x_pilot, epoch, step
+                    )
             return self.penalty(a_own, received)
 
         # With fused pilots the private batch and the pilots share one graph: nothing
         # can be back-propagated before the penalty is known. Without neighbours there
-        # is nothing to wait for (and the penalty is a constant zero).
-        sc = self.cfg.sheaf
-        overlap = sc.overlap_exchange and not sc.fused_pilots and bool(self.nbr.neighbours)
+        # is nothing to wait for (and the penalty is a constant zero). Agents sharing a
+        # rank always back-propagate first (the same gradients, bit for bit): the rank
+        # then holds only their pilot graphs while they wait for each other.
+        split = sc.overlap_exchange or meets
+        overlap = split and not sc.fused_pilots and bool(self.nbr.neighbours)
         return finish if overlap else finish()
 
     def send_pilots(self, own: torch.Tensor) -> Pending:

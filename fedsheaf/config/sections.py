@@ -181,6 +181,14 @@ class TrainConfig:
         doc="graph runs on fewer ranks than agents: which agents share a rank (contiguous: "
         "blocks of consecutive ids; min_cut: blocks that cut few graph edges)",
     )
+    agent_gpus: str = spec(
+        "spread",
+        choices=("spread", "share"),
+        doc="graph runs on fewer ranks than agents, on GPUs: spread = a rank's agents take "
+        "turns over the node's GPUs it owns (the GPUs dealt out among the node's ranks: "
+        "more memory, not more speed, as its agents run one at a time); share = all on the "
+        "rank's one GPU. The same numbers either way",
+    )
     step_timeout: float | None = spec(
         None,
         lo=0.0,
@@ -244,6 +252,14 @@ class SheafConfig:
         "fedsheaf model); meant for GPUs, which then compute while the step waits "
         "for neighbours (no gain measured on CPUs; slower where ranks outnumber cores); "
         "no effect with fused_pilots (one graph for both)",
+    )
+    recompute_pilots: bool = spec(
+        False,
+        doc="agents sharing a rank: encode the step's pilots without a graph before the "
+        "exchange and again with one after it, instead of holding every agent's pilot graph "
+        "while the rank's agents exchange (host memory of about one agent's activations "
+        "instead of all of them, for one more pilot forward per step); the same numbers, "
+        "bit for bit; no effect with one agent per rank or with fused_pilots",
     )
     mask_secret: str = spec(
         "os",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from fedsheaf.algorithms import make_algorithm
 from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
@@ -31,11 +33,22 @@ from fedsheaf.rundir.progress import Recorder, accuracies, agent_table
 from fedsheaf.rundir.tensorboard import Board
 from fedsheaf.runtime import experiment
 from fedsheaf.runtime.colocated import LocalAgents
-from fedsheaf.runtime.world import (
-    World,
-)
+from fedsheaf.runtime.world import World, rank_gpus
 from fedsheaf.util import memory
 from fedsheaf.util.units import count
+
+
+def agent_devices(world: World, ids: list[int], agent_gpus: str) -> dict[int, torch.device]:
+    """The device of each of this rank's agents (``ids``, in order): its device, or with
+    ``train.agent_gpus=spread`` the GPUs it owns (:func:`rank_gpus`) in turn."""
+    gpus = rank_gpus(world) if agent_gpus == "spread" else [world.device]
+    return {i: gpus[k % len(gpus)] for k, i in enumerate(ids)}
+
+
+def describe_devices(devices: Iterable[torch.device]) -> str:
+    """ "device cpu", or the distinct devices of a rank's agents (rank 0's)."""
+    distinct = [str(d) for d in dict.fromkeys(devices)]
+    return f"device {distinct[0]}" if len(distinct) == 1 else f"devices {', '.join(distinct)}"
 
 
 def run_decentralized(
@@ -70,13 +83,16 @@ def run_decentralized(
     digest = check_data(world, cfg, ds, run_path) if job is world else None
     recorder = Recorder(world, None, cfg.train.epochs)
     local = LocalAgents(world.comm, graph, placement, recorder.rank_epoch)
-    pilots = experiment.pilot_data(ds, part, world.device)  # (one copy for the rank's agents)
+    devices = agent_devices(world, local.ids, cfg.train.agent_gpus)
+    # one copy of the pilots per device for the rank's agents
+    pilots = {d: experiment.pilot_data(ds, part, d) for d in dict.fromkeys(devices.values())}
 
     def build_one(i: int, nbr: Any, reporter: Any) -> DecentralizedAlgorithm:
-        data = experiment.agent_data(ds, part, i, world.device, pilots)
+        device = devices[i]
+        data = experiment.agent_data(ds, part, i, device, pilots[device])
         # (a plug-in model that fails its check stops every rank, in one line)
-        model = experiment.agent_model(cfg, ds, i, world.device, graph)
-        agent = Agent(i, cfg, graph, data, model, world.device, steps)
+        model = experiment.agent_model(cfg, ds, i, device, graph)
+        agent = Agent(i, cfg, graph, data, model, device, steps)
         return (make or make_algorithm)(agent, nbr, reporter)
 
     def build() -> list[DecentralizedAlgorithm]:
@@ -108,7 +124,8 @@ def run_decentralized(
     follow_run_dir(run_path)
     world.log(
         f"fedsheaf: {describe_graph_run(cfg, graph, ds, steps)}, "
-        f"{describe_placement(graph, placement, cfg.train.placement)}, device {world.device}, "
+        f"{describe_placement(graph, placement, cfg.train.placement)}, "
+        f"{describe_devices(devices.values())}, "
         f"{count(world.threads, 'thread')} per rank, seed {cfg.seed}"
     )
     if run_dir is not None:
@@ -132,7 +149,7 @@ def run_decentralized(
         recorder.close()
     elapsed = clock.stop()
     local.free()
-    peaks = world.peak_memory()  # (a hub's agents: not its server)
+    peaks = world.peak_memory(list(pilots))  # (a hub's agents: not its server)
     if not world.is_root or recorder.last is None or peaks is None:
         return None
     assert run_dir is not None  # the root rank's (None on the others)

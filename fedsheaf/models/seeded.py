@@ -142,3 +142,20 @@ def set_rng_state(model: torch.nn.Module, states: list[torch.Tensor]) -> None:
                 "(train.device)"
             )
         g.set_state(s)
+
+
+class ForwardState:
+    """What a training-mode forward pass of ``model`` changes, saved so that the pass can
+    be repeated exactly: every buffer (BatchNorm's running statistics and count) and the
+    state of its dropout generators. :meth:`restore` puts them back."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.buffers = [b.detach().clone() for b in model.buffers()]
+        self.rng = rng_state(model)
+
+    @torch.no_grad()
+    def restore(self) -> None:
+        for buf, saved in zip(self.model.buffers(), self.buffers, strict=True):
+            buf.copy_(saved)
+        set_rng_state(self.model, self.rng)

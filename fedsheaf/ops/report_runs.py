@@ -52,9 +52,9 @@ T = TypeVar("T")
 
 
 #: Config keys that may differ between the seeds of one setting: they change no number
-#: (where files go, checkpointing, evaluation cadence, exchange overlap, where a server's
-#: clients train), or, for the device, only as another device's arithmetic and random
-#: streams do.
+#: (where files go, checkpointing, evaluation cadence, exchange overlap, recomputed pilot
+#: forwards, which rank holds which agents or a server's clients), or, for the device,
+#: only as another device's arithmetic and random streams do.
 SEED_INDEPENDENT = (
     "seed",
     "name",
@@ -66,6 +66,8 @@ SEED_INDEPENDENT = (
     "data.root",
     "data.download",
     "sheaf.overlap_exchange",
+    "sheaf.recompute_pilots",
+    "train.placement",
     "federated.placement",
 )
 

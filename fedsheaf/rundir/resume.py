@@ -97,6 +97,7 @@ RESUMABLE_KEYS = (
     "train.placement",
     "agents[*].lr",
     "sheaf.overlap_exchange",
+    "sheaf.recompute_pilots",
     "sheaf.mask_secret_dir",
     "federated.rounds",
     "federated.eval_every",

@@ -33,6 +33,7 @@ from mpi4py import MPI
 from fedsheaf.graphs import Graph
 from fedsheaf.runtime import heartbeat
 from fedsheaf.runtime.topology import EdgePort, Neighbourhood, Shape, _as_buffer
+from fedsheaf.util import memory
 from fedsheaf.util.errors import CheckpointError
 
 T = TypeVar("T")
@@ -138,6 +139,8 @@ class _Pending:
 class AgentPort(EdgePort):
     """One agent's neighbourhood on a shared rank (the interface of
     :class:`~fedsheaf.runtime.topology.Neighbourhood`, neighbours being agent ids)."""
+
+    meets_other_agents = True
 
     def __init__(self, group: AgentGroup, slot: int, agent: int) -> None:
         super().__init__(group.graph.neighbours(agent))
@@ -423,6 +426,7 @@ class LocalAgents:
             self._mpi_reported = sent
 
         if self.shared:
+            memory.share_malloc_arena()  # (before the agents' threads start)
             self.group = AgentGroup(comm, graph, placement)
             self.nbrs: list[Any] = list(self.group.ports)
             self.reporters: list[Any] = [

@@ -79,6 +79,11 @@ class EdgePort:
         self.bytes_total = {j: 0 for j in self.neighbours}
         self.bytes_round = {j: 0 for j in self.neighbours}
 
+    #: whether a started exchange completes only once this rank's other agents have run
+    #: up to it (agents sharing a rank): an algorithm should then back-propagate what it
+    #: can before ``wait()``, or the rank holds every agent's graphs at once
+    meets_other_agents = False
+
     @property
     def degree(self) -> int:
         return len(self.neighbours)

@@ -42,6 +42,7 @@ from fedsheaf.runtime import heartbeat, peers, watchdog
 from fedsheaf.util import memory
 from fedsheaf.util.errors import FedsheafError
 from fedsheaf.util.hostinfo import (
+    gpus_of_rank,
     pid_namespace,
     process_state,
     threads_per_rank,
@@ -121,8 +122,10 @@ def _abort_hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> N
             error = f"{exc_type.__name__}: {exc}"
             text = "".join(traceback.format_exception(exc_type, exc, tb))
             message = f"fedsheaf: {_who([rank])} failed with {error}\n{text}"
-        if _RUN_DIR is None or _write_failure is None or _write_failure(
-            _RUN_DIR, rank, error, _STARTED
+        if (
+            _RUN_DIR is None
+            or _write_failure is None
+            or _write_failure(_RUN_DIR, rank, error, _STARTED)
         ):
             sys.stderr.write(message)
             sys.stderr.flush()
@@ -472,10 +475,11 @@ class World:
         with heartbeat.waiting():
             return self.comm.gather(obj, root=0)
 
-    def peak_memory(self) -> dict[str, Any] | None:
+    def peak_memory(self, devices: list[torch.device] | None = None) -> dict[str, Any] | None:
         """Collectively: every rank's peak memory so far, as one record on rank 0
-        (:func:`fedsheaf.util.memory.per_rank`; None elsewhere)."""
-        peaks = self.gather(memory.peak_memory(self.device))
+        (:func:`fedsheaf.util.memory.per_rank`; None elsewhere); on a GPU, the most on one
+        of ``devices`` (default: the rank's device)."""
+        peaks = self.gather(memory.peak_memory(devices or [self.device]))
         return memory.per_rank(peaks) if peaks is not None else None
 
     def bcast(self, obj: Any) -> Any:
@@ -538,6 +542,15 @@ def choose_device(preference: str, local_rank: int) -> torch.device:
     if preference == "cuda":
         raise FedsheafError("train.device=cuda but no CUDA device is visible on this node")
     return torch.device("cpu")
+
+
+def rank_gpus(world: World) -> list[torch.device]:
+    """The devices this rank may give its agents: on a GPU, every GPU of the node it owns
+    (:func:`fedsheaf.util.hostinfo.gpus_of_rank`, its own device first); else its device."""
+    if world.device.type != "cuda":
+        return [world.device]
+    ids = gpus_of_rank(world.local_rank, world.local_size, torch.cuda.device_count())
+    return [torch.device("cuda", i) for i in ids] or [world.device]
 
 
 def refuse_unusable_gpus() -> None:

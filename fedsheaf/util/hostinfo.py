@@ -110,6 +110,18 @@ def threads_per_rank(masks: list[set[int]], mine: int) -> int:
     return max(1, len(own) // max(1, sharing))
 
 
+def gpus_of_rank(local_rank: int, local_size: int, n_gpus: int) -> list[int]:
+    """The GPU ids (of the ``n_gpus`` this node's ranks see) that node-local rank
+    ``local_rank`` of ``local_size`` owns: every ``local_size``-th from its own, so the
+    node's GPUs are dealt out among its ranks; where ranks outnumber GPUs, the one GPU it
+    shares (``local_rank mod n_gpus``); none without GPUs. The first is the rank's device."""
+    if n_gpus <= 0:
+        return []
+    if n_gpus < local_size:
+        return [local_rank % n_gpus]
+    return list(range(local_rank, n_gpus, local_size))
+
+
 def launch_flags(ranks: int) -> tuple[list[str], dict[str, str]]:
     """The ``mpiexec`` flags and environment a local launch of ``ranks`` ranks needs.
 

@@ -12,6 +12,8 @@ rank, with the largest and the sum (:func:`per_rank`).
 
 from __future__ import annotations
 
+import ctypes
+import os
 import resource
 import sys
 from pathlib import Path
@@ -43,16 +45,40 @@ def file_rss_bytes() -> int | None:
     return None
 
 
-def peak_memory(device: torch.device) -> dict[str, int]:
+def peak_memory(devices: torch.device | list[torch.device]) -> dict[str, int]:
     """This rank's memory so far: ``{"rss": peak, "file": mapped files now}`` (``file``
-    on Linux only), plus ``"cuda"`` (peak allocated) on a GPU."""
+    on Linux only), plus ``"cuda"`` (peak allocated; with several GPUs, the most on one)
+    when ``devices`` (the rank's, or the one) are GPUs."""
     out = {"rss": peak_rss_bytes()}
     files = file_rss_bytes()
     if files is not None:
         out["file"] = files
-    if device.type == "cuda":
-        out["cuda"] = int(torch.cuda.max_memory_allocated(device))
+    gpus = [d for d in (devices if isinstance(devices, list) else [devices]) if d.type == "cuda"]
+    if gpus:
+        out["cuda"] = max(int(torch.cuda.max_memory_allocated(d)) for d in gpus)
     return out
+
+
+#: glibc's mallopt parameter for the most malloc arenas (``M_ARENA_MAX``)
+_M_ARENA_MAX = -8
+
+
+def share_malloc_arena() -> bool:
+    """Make the threads this process starts from now on allocate from one glibc malloc
+    arena (``mallopt(M_ARENA_MAX, 1)``), unless ``MALLOC_ARENA_MAX`` is set.
+
+    By default glibc gives each thread its own arena, which keeps the memory the thread
+    freed: agents sharing a rank (one thread each, taking turns) would each keep their
+    own peak of activations, where one arena lets the next agent reuse them. Returns
+    whether the setting was made (False off glibc, or when the user chose).
+    """
+    if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        return bool(libc.mallopt(_M_ARENA_MAX, 1))
+    except (OSError, AttributeError):  # (a libc without mallopt: musl)
+        return False
 
 
 KEYS = {"rss": "peak_rss_bytes", "file": "file_rss_bytes", "cuda": "peak_cuda_bytes"}

@@ -73,3 +73,41 @@ def test_quickstart_on_one_gpu_completes_and_is_deterministic(mpirun, tmp_path):
     summary = json.loads((tmp_path / "r0" / "summary.json").read_text())
     gpu = summary["memory"]["peak_cuda_bytes"]
     assert len(gpu) == 4 and min(gpu) > 0 and "GPU memory allocated" in runs[0].stdout
+
+
+@pytest.mark.mpi
+def test_agents_sharing_a_rank_on_a_gpu_give_the_numbers_of_one_rank_each(mpirun, tmp_path):
+    """The quickstart's four agents on 2 ranks (two per rank) on the GPU, holding or
+    recomputing the pilot graph, give the metrics of 4 ranks; with two GPUs or more, a
+    rank spreads its agents over the GPUs it owns (train.agent_gpus=spread, the default)
+    and gives them too."""
+    spread = torch.cuda.device_count() >= 2
+    cases = {
+        "r4": (4, []),
+        "r2": (2, ["train.agent_gpus=share"]),
+        "r2-recompute": (2, ["train.agent_gpus=share", "sheaf.recompute_pilots=true"]),
+        **({"r1-spread": (1, [])} if spread else {}),
+    }
+    procs = {}
+    for name, (n, extra) in cases.items():
+        procs[name] = mpirun(
+            n,
+            [
+                "-m",
+                "fedsheaf",
+                "run",
+                "configs/quickstart.yaml",
+                "train.device=cuda",
+                f"output.dir={tmp_path}",
+                f"output.name={name}",
+                *QUICK,
+                *extra,
+            ],
+            timeout=300,
+        )
+        assert procs[name].returncode == 0, procs[name].stderr[-3000:]
+    want = untimed(read_metrics(tmp_path / "r4" / "metrics.jsonl"))
+    for name in cases:
+        assert untimed(read_metrics(tmp_path / name / "metrics.jsonl")) == want, name
+    if spread:
+        assert "devices cuda:0, cuda:1" in procs["r1-spread"].stdout

@@ -232,13 +232,22 @@ def test_the_plan_places_15_and_100_agents_on_several_rank_counts() -> None:
         ("placement15-r3", 3),
         ("placement15-r5", 5),
         ("placement15-r15", 15),
+        ("placement15-r1-recompute", 1),
+        ("placement15-r3-recompute", 3),
+        ("placement15-r5-recompute", 5),
         ("placement100-r1", 1),
         ("placement100-r2", 2),
         ("placement100-r4", 4),
     ]
-    assert {la.spec["group"] for la in launches} == {"table2-15", "er100"}
+    assert {la.spec["group"] for la in launches} == {"table2-15", "table2-15-recompute", "er100"}
+    recompute = [la for la in launches if la.label.endswith("-recompute")]
+    assert all(
+        "sheaf.recompute_pilots=true" in la.spec["overrides"]
+        and la.spec["reference"] == "table2-15"
+        for la in recompute
+    )
     assert all(la.cases == ["placement"] and "none" in la.mpi_flags for la in launches)
-    assert [la.ranks for la in plan("full", ["placement"])][4:] == [1, 2, 4, 8, 16]
+    assert [la.ranks for la in plan("full", ["placement"])][7:] == [1, 2, 4, 8, 16]
     # the launches' configs: 15 Table-2 agents; 100 copies of one small agent on er100
     table2 = placement_config(dict(launches[0].spec, label="x"))
     assert len(table2.agents) == 15 and table2.train.steps_per_epoch == 4
@@ -292,6 +301,18 @@ def test_placement_results_are_judged_against_the_best_of_one_rank_and_one_per_a
     md = render_markdown(doc)
     assert "## N agents on R ranks (placement)" in md
     assert "| 3 | 5 | 1 | 30 of 42 | 4.4 |" in md
+    # a group of the same agents with sheaf.recompute_pilots borrows its reference's R = N
+    again = [
+        dict(_placement_result(r, t), group="g15-recompute", reference="g15")
+        for r, t in ((1, 5.0), (3, 6.0))
+    ]
+    doc["results"] = {"placement": results + again}
+    doc["launches"] = [_launch(r) for r in results + again]
+    rows = [row for row in evaluate(doc) if row["where"].startswith("g15-recompute")]
+    assert [(row["where"], row["value"]) for row in rows] == [
+        ("g15-recompute (15 agents, R = 3)", pytest.approx(1.2))  # best: R = 1 (5.0 s)
+    ]
+    assert "| 15 (of g15) |" in render_markdown(doc)
     # without R = N (100 agents on 1, 2, 4 ranks): against R = 1, memory against R = 4
     hundred = [_placement_result(r, 10.0, agents=100) for r in (1, 2, 4)]
     doc["results"] = {"placement": hundred}

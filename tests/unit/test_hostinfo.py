@@ -13,6 +13,7 @@ import torch
 
 from fedsheaf.util.hostinfo import (
     failed_to_start,
+    gpus_of_rank,
     launch_flags,
     lone_task,
     physical_cores,
@@ -173,6 +174,25 @@ def test_a_run_on_a_job_with_unusable_gpus_stops_with_one_line(tmp_path):
 )
 def test_threads_per_rank_divides_only_among_ranks_that_share_cpus(masks, mine, threads):
     assert threads_per_rank(masks, mine) == threads
+
+
+@pytest.mark.parametrize(
+    "local_rank,local_size,n_gpus,owned",
+    [
+        (0, 1, 4, [0, 1, 2, 3]),  # one process on a 4-GPU node: all four
+        (1, 2, 4, [1, 3]),  # two ranks deal four GPUs out
+        (2, 3, 8, [2, 5]),  # uneven: 8 GPUs over 3 ranks (3, 3 and 2)
+        (3, 4, 4, [3]),  # one GPU per rank, as before agents shared ranks
+        (5, 8, 2, [1]),  # ranks outnumber GPUs: the one it shares (local rank mod GPUs)
+        (0, 2, 0, []),  # no GPU
+    ],
+)
+def test_a_nodes_gpus_are_dealt_out_among_its_ranks(local_rank, local_size, n_gpus, owned):
+    """train.agent_gpus=spread: the GPUs a rank's agents take turns on, its own first
+    (the device choose_device gives it: local rank mod GPUs)."""
+    assert gpus_of_rank(local_rank, local_size, n_gpus) == owned
+    if owned:
+        assert owned[0] == local_rank % n_gpus
 
 
 def test_srun_singletons_are_refused_and_named_the_pmi_mismatch(tmp_path):

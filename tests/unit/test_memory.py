@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -61,3 +62,52 @@ def test_described_in_the_units_of_the_tables() -> None:
         "peak memory 400.00 MB a rank; GPU memory allocated 2.50 GB a rank at most"
     )
     assert memory.describe(None) == "" and memory.describe({}) == ""  # runs from before
+
+
+def test_threads_share_one_malloc_arena_unless_the_user_chose() -> None:
+    """share_malloc_arena (agents sharing a rank): mallopt(M_ARENA_MAX, 1) on glibc, left
+    alone when MALLOC_ARENA_MAX is set; checked in child processes (it is process-wide).
+    Four live threads take turns allocating and freeing 100 MB: in one arena each reuses
+    the last one's memory; in arenas of their own the process keeps all four blocks
+    resident."""
+    script = (
+        "import sys, threading, numpy as np\n"
+        "from fedsheaf.util.memory import share_malloc_arena\n"
+        "def rss():  # (now, not the peak: importing torch peaks higher than this)\n"
+        "    return next(int(ln.split()[1]) * 1024 for ln in open('/proc/self/status')\n"
+        "                if ln.startswith('VmRSS:'))\n"
+        "made = share_malloc_arena() if sys.argv[1] == 'share' else False\n"
+        "turns = [threading.Event() for _ in range(5)]\n"
+        "def work(k):\n"
+        "    turns[k].wait()\n"
+        "    blocks = [np.ones(1 << 16) for _ in range(200)]  # 100 MB in 512 kB pieces\n"
+        "    del blocks\n"
+        "    turns[k + 1].set()\n"
+        "    turns[4].wait()  # (alive until the last has run, as agents are)\n"
+        "before = rss()\n"
+        "threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]\n"
+        "for t in threads: t.start()\n"
+        "turns[0].set()\n"
+        "for t in threads: t.join()\n"
+        "print(made, rss() - before)\n"
+    )
+
+    def child(mode: str, **env: str) -> tuple[str, int]:
+        out = subprocess.run(
+            [sys.executable, "-c", script, mode],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, **env},
+        )
+        made, grown = out.stdout.split()
+        return made, int(grown)
+
+    made, shared = child("share")
+    assert made == ("True" if sys.platform.startswith("linux") else "False")
+    assert child("share", MALLOC_ARENA_MAX="4")[0] == "False"  # (the user's choice stands)
+    if made == "True":
+        _, apart = child("apart")
+        # what the freed blocks leave resident: at most one block in one arena (measured
+        # 0-70 MB), more in arenas of their own (measured 150-300 MB: some may share)
+        assert shared < 120e6 and apart > 140e6, (shared, apart)

@@ -52,7 +52,13 @@ class LoggingNeighbour:
         return {}
 
 
-def build(steps: int, *overrides: str) -> tuple[SheafFRL, list[str]]:
+class SharedRankNeighbour(LoggingNeighbour):
+    """The same neighbour, on a rank shared with other agents (the runtime's AgentPort)."""
+
+    meets_other_agents = True
+
+
+def build(steps: int, *overrides: str, shared: bool = False) -> tuple[SheafFRL, list[str]]:
     cfg = load_config("configs/quickstart.yaml", [f"train.steps_per_epoch={steps}", *overrides])
     graph = experiment.build_graph(cfg, 4)
     ds, part = experiment.load_and_partition(cfg)
@@ -62,12 +68,12 @@ def build(steps: int, *overrides: str) -> tuple[SheafFRL, list[str]]:
     gen = torch.Generator().manual_seed(3)
     a_j = torch.randn(graph.dims[1], cfg.sheaf.pilot_batch, generator=gen)
     log: list[str] = []
-    nbr = LoggingNeighbour(a_j, log)
+    nbr = (SharedRankNeighbour if shared else LoggingNeighbour)(a_j, log)
     return SheafFRL(Agent(0, cfg, graph, data, model, device, steps), nbr, Silent()), log
 
 
-def step_order(*overrides: str) -> list[str]:
-    algo, log = build(1, *overrides)
+def step_order(*overrides: str, shared: bool = False) -> list[str]:
+    algo, log = build(1, *overrides, shared=shared)
     # only the private loss reaches the head's last bias
     list(algo.model.head.parameters())[-1].register_hook(lambda g: log.append("private backward"))
     algo.train_epoch(0)
@@ -99,3 +105,33 @@ def test_overlapped_training_is_bitwise_the_blocking_one() -> None:
     assert losses[0] == losses[1]
     for name, value in states[0].items():
         assert torch.equal(value, states[1][name]), name
+
+
+@pytest.mark.parametrize(
+    ("overrides", "order"),
+    [
+        ((), ["post", "private backward", "wait"]),
+        (("sheaf.recompute_pilots=true",), ["post", "private backward", "wait"]),
+        (("sheaf.fused_pilots=true",), ["post", "wait", "private backward"]),
+    ],
+)
+def test_agents_sharing_a_rank_back_propagate_before_they_meet(overrides, order) -> None:
+    """On a shared rank the private batch's graph is gone before the agents meet (only
+    the pilot graph is held, or with recompute_pilots none)."""
+    assert step_order(*overrides, shared=True) == order
+
+
+def test_a_shared_rank_trains_bitwise_as_a_rank_of_its_own() -> None:
+    """Back-propagating first, and recomputing the pilot forward after the exchange from
+    the state it started in (BatchNorm statistics, dropout generator), change no bit."""
+    states, losses = [], []
+    for shared, recompute in ((False, "false"), (True, "false"), (True, "true")):
+        algo, _ = build(
+            4, f"sheaf.recompute_pilots={recompute}", "sheaf.map_refresh=step", shared=shared
+        )
+        losses.append([algo.train_epoch(e) for e in range(2)])
+        states.append(algo.model.state_dict())
+    assert losses[0] == losses[1] == losses[2]
+    for state in states[1:]:
+        for name, value in states[0].items():
+            assert torch.equal(value, state[name]), name

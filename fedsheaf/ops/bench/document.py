@@ -173,6 +173,14 @@ def placement_groups(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     for r in doc.get("results", {}).get("placement", []):
         if r:
             groups.setdefault(r["group"], []).append(dict(r, memory=memory.get(r["label"], {})))
+    # a group that only changes what several agents on a rank do (sheaf.recompute_pilots)
+    # takes its R = N launch from the group it names as its reference
+    for rs in groups.values():
+        ref = rs[0].get("reference")
+        have = {r["ranks"] for r in rs}
+        for r in groups.get(ref, []) if ref else []:
+            if r["ranks"] == r["agents"] and r["ranks"] not in have:
+                rs.append(dict(r, borrowed=ref))
     return {g: sorted(rs, key=lambda r: r["ranks"]) for g, rs in groups.items()}
 
 
@@ -582,7 +590,7 @@ def _placement_md(doc: dict[str, Any]) -> list[str]:
             ],
             [
                 [
-                    r["ranks"],
+                    f"{r['ranks']} (of {r['borrowed']})" if r.get("borrowed") else r["ranks"],
                     _spread(r["agents_per_rank"]),
                     r["threads_per_rank"],
                     f"{r['cut_edges']} of {r['edges']}",

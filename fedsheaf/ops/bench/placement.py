@@ -86,6 +86,7 @@ def placement(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
     return {
         "label": spec["label"],
         "group": spec.get("group", spec["config"]),
+        "reference": spec.get("reference"),
         "config": spec["config"],
         "overrides": spec["overrides"],
         "algorithm": cfg.algorithm,
