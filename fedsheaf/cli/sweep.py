@@ -58,8 +58,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="run each decentralized method without its own 'ranks' on ceil(N/K) ranks, K "
         "of its N agents a rank (e.g. 100 agents, K=13: 8 ranks; --emit asks for that "
-        "many tasks); default: one rank per agent. Hub (fedproto, fedmuscle) and "
-        "server-based methods keep their counts",
+        "many tasks; default: one rank per agent), and each server-based one on a server "
+        "and ceil(clients/K) worker ranks, K clients a worker. Hub methods (fedproto, "
+        "fedmuscle) keep one rank per agent plus the server",
     )
     parser.add_argument(
         "--launcher",

@@ -327,7 +327,8 @@ def _ranks(
     """The rank count of run ``tag`` of ``method``: its ``ranks``, checked against the
     run as the job would check it; without one, a decentralized run's one rank per agent
     (``agents_per_rank`` K: ceil(N / K) ranks), the one count a hub run or a server-based
-    run with a single client takes, else an error.
+    run with a single client takes, a server-based run's server and ceil(clients / K)
+    workers (with ``agents_per_rank``), else an error.
 
     ``known`` keeps what ``ranks_needed`` said for each graph file and client count, so
     that a study reads each graph once.
@@ -342,12 +343,15 @@ def _ranks(
         return hi if agents_per_rank is None else -(-hi // agents_per_rank)
     if n is None and lo == hi:  # a hub run, or a server and a single client
         return lo
+    if n is None and agents_per_rank is not None and not graph_run:
+        # a server and ceil(clients / K) workers, each hosting K of the clients
+        return max(lo, min(hi, 1 - (-cfg.federated.clients // agents_per_rank)))
     if n is None:
         raise ConfigError(
             f"{where}: method {method.name}: server-based algorithm {cfg.algorithm} runs on "
             f"{needed} ranks (a server and worker ranks that host the "
             f"{count(cfg.federated.clients, 'client')}); choose how many with the method's "
-            "'ranks'"
+            "'ranks' (or --agents-per-rank K: K clients a worker)"
         )
     if cfg.decentralized and not lo <= n <= hi:
         raise ConfigError(

@@ -39,26 +39,19 @@ def test_agent_models_match_between_cpu_and_gpu():
         assert torch.linalg.norm(out - ref) <= 1e-3 * torch.linalg.norm(ref)
 
 
+def _quickstart(mpirun, n: int, out, name: str, extra: list[str]):
+    """The quickstart on the GPU in ``n`` ranks, written to ``out/name``."""
+    argv = ["-m", "fedsheaf", "run", "configs/quickstart.yaml", "train.device=cuda"]
+    argv += [f"output.dir={out}", f"output.name={name}", *QUICK, *extra]
+    return mpirun(n, argv, timeout=300)
+
+
 @pytest.mark.mpi
 def test_quickstart_on_one_gpu_completes_and_is_deterministic(mpirun, tmp_path):
     """4 ranks share cuda:0; two runs with one seed give identical metrics, and so does a
     third that back-propagates the private batch while the pilots travel."""
     runs = [
-        mpirun(
-            4,
-            [
-                "-m",
-                "fedsheaf",
-                "run",
-                "configs/quickstart.yaml",
-                "train.device=cuda",
-                f"output.dir={tmp_path}",
-                f"output.name=r{k}",
-                *QUICK,
-                *(["sheaf.overlap_exchange=true"] if k == 2 else []),
-            ],
-            timeout=300,
-        )
+        _quickstart(mpirun, 4, tmp_path, f"r{k}", ["sheaf.overlap_exchange=true"] if k == 2 else [])
         for k in range(3)
     ]
     for proc in runs:
@@ -90,21 +83,7 @@ def test_agents_sharing_a_rank_on_a_gpu_give_the_numbers_of_one_rank_each(mpirun
     }
     procs = {}
     for name, (n, extra) in cases.items():
-        procs[name] = mpirun(
-            n,
-            [
-                "-m",
-                "fedsheaf",
-                "run",
-                "configs/quickstart.yaml",
-                "train.device=cuda",
-                f"output.dir={tmp_path}",
-                f"output.name={name}",
-                *QUICK,
-                *extra,
-            ],
-            timeout=300,
-        )
+        procs[name] = _quickstart(mpirun, n, tmp_path, name, extra)
         assert procs[name].returncode == 0, procs[name].stderr[-3000:]
     want = untimed(read_metrics(tmp_path / "r4" / "metrics.jsonl"))
     for name in cases:

@@ -448,7 +448,8 @@ def test_server_based_methods_name_their_rank_count(tmp_path, capsys):
         capsys,
         [study(), "--emit"],
         "method avg: server-based algorithm fedavg runs on 2 to 101 ranks (a server and "
-        "worker ranks that host the 100 clients); choose how many with the method's 'ranks'",
+        "worker ranks that host the 100 clients); choose how many with the method's 'ranks' "
+        "(or --agents-per-rank K: K clients a worker)",
     )
     _refused(
         capsys,
@@ -464,6 +465,12 @@ def test_server_based_methods_name_their_rank_count(tmp_path, capsys):
     one = study(set={"algorithm": "fedavg", "federated.clients": 1})
     assert cli.main(["sweep", one]) == 0
     assert capsys.readouterr().out.startswith("mpiexec -n 2 fedsheaf run ")
+    # --agents-per-rank K: a server and ceil(100 / K) workers; a method's 'ranks' wins
+    for k, n in ((13, 9), (100, 2), (1000, 2), (1, 101)):
+        assert cli.main(["sweep", study(), "--agents-per-rank", str(k)]) == 0
+        assert capsys.readouterr().out.startswith(f"mpiexec -n {n} fedsheaf run "), k
+    assert cli.main(["sweep", study(ranks=5), "--agents-per-rank", "13"]) == 0
+    assert capsys.readouterr().out.startswith("mpiexec -n 5 fedsheaf run ")
 
 
 def test_a_sweep_directory_is_neither_a_run_nor_another_studys(tmp_path, capsys, monkeypatch):

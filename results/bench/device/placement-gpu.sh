@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 29 on one GPU: the 15 Table-2 agents (FashionMNIST) in 1, 3, 5 and 15 processes
-# sharing the GPU (fedsheaf bench placement, launches placement15-r*), first without
-# and then with an MPS daemon (run/with_mps.sh). One short call of the lent GPU node
+# sharing the GPU (fedsheaf bench placement, launches placement15-r*; and R = 1 with
+# sheaf.recompute_pilots), first without and then with an MPS daemon
+# (run/with_mps.sh). One short call of the lent GPU node
 # (about 6 min with the defaults); everything worth keeping lands under $OUT (console,
 # the two results files, a tarball of the launch logs), to be committed under
 # results/bench/ (placement-cuda.*, placement-cuda-mps.*).
@@ -29,7 +30,7 @@ WHL=${WHL:-.dev/whl}
 DATA=${DATA:-/tmp/data}
 STEPS=${STEPS:-16}
 BUDGET=${BUDGET:-150}
-ONLY=${ONLY:-placement15-r1,placement15-r3,placement15-r5,placement15-r15}
+ONLY=${ONLY:-placement15-r1,placement15-r3,placement15-r5,placement15-r15,placement15-r1-recompute}
 OUT=${OUT:-/tmp/placement-gpu-out}
 RESULTS=${RESULTS:-results/bench}
 mkdir -p "$OUT"
