@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -304,3 +305,84 @@ def untimed(obj: object) -> object:
     if isinstance(obj, list):
         return [untimed(v) for v in obj]
     return obj
+
+
+# ------------------------------------------------------- several `fedsheaf run`s in one launch
+
+#: Runs each argv of the JSON list in argv[1] as ``fedsheaf <argv>`` (the command line's
+#: own :func:`fedsheaf.cli.main.main`, its messages and exit status included) one after
+#: another in this one MPI job; rank 0 marks where each run's output starts and ends.
+BATCH_SCRIPT = """\
+import json, sys
+from mpi4py import MPI
+from fedsheaf.cli.main import main
+
+comm, mark = MPI.COMM_WORLD, sys.argv[2]
+for i, argv in enumerate(json.loads(open(sys.argv[1]).read())):
+    sys.stdout.flush(); sys.stderr.flush(); comm.Barrier()
+    if comm.rank == 0:
+        line = f"{mark} start {i}"
+        print(line, flush=True); print(line, file=sys.stderr, flush=True)
+    comm.Barrier()
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # a refusal every rank agreed on
+        code = exc.code if isinstance(exc.code, int) else 1
+    sys.stdout.flush(); sys.stderr.flush(); comm.Barrier()
+    if comm.rank == 0:
+        line = f"{mark} end {i} {code}"
+        print(line, flush=True); print(line, file=sys.stderr, flush=True)
+from fedsheaf.runtime.world import exit_at_once
+exit_at_once(0)
+"""
+
+
+def run_mpi_batch(
+    n: int,
+    runs: list[list[str]],
+    work: Path,
+    timeout: float = 400,
+    env: dict[str, str] | None = None,
+) -> list[subprocess.CompletedProcess[str]]:
+    """``fedsheaf ARGS`` for each ARGS of ``runs``, one after another in ONE job of ``n``
+    real MPI ranks (one torch import per rank instead of one per run: the cost of a short
+    run on 2 cores). Each run's result as if launched alone: its exit status and rank 0's
+    standard output and error between its marks (other ranks' lines may stray across a
+    mark). A run that ends the whole job (an abort) gets the job's status, and runs after
+    it never ran (status None)."""
+    work.mkdir(parents=True, exist_ok=True)
+    script, plan = work / "batch_script.py", work / f"batch-{time.monotonic_ns()}.json"
+    script.write_text(BATCH_SCRIPT)
+    plan.write_text(json.dumps(runs))
+    mark = "@@fedsheaf-test-batch@@"
+    proc = run_mpi(n, [str(script), str(plan), mark], timeout=timeout, env=env)
+
+    def pieces(text: str) -> dict[int, tuple[str, int | None]]:
+        found: dict[int, tuple[str, int | None]] = {}
+        current: int | None = None
+        lines: list[str] = []
+        for line in text.splitlines(keepends=True):
+            if line.startswith(mark):
+                words = line.split()
+                if words[1] == "start":
+                    current, lines = int(words[2]), []
+                elif current is not None:
+                    found[current] = ("".join(lines), int(words[3]))
+                    current = None
+                continue
+            lines.append(line)
+        if current is not None:  # the job ended inside this run
+            found[current] = ("".join(lines), None)
+        return found
+
+    out, err = pieces(proc.stdout), pieces(proc.stderr)
+    results = []
+    for i, argv in enumerate(runs):
+        if i not in out:  # never ran: what the job said, to tell why
+            results.append(subprocess.CompletedProcess(argv, None, proc.stdout, proc.stderr))
+            continue
+        stdout, code = out[i]
+        if code is None:
+            code = proc.returncode or 1
+        results.append(subprocess.CompletedProcess(argv, code, stdout, err.get(i, ("", 0))[0]))
+    return results

@@ -13,6 +13,7 @@ from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.launch.decentralized import run_decentralized
 from fedsheaf.launch.hub import run_hub
 from fedsheaf.launch.server import run_server_based
+from fedsheaf.rundir import run_lock
 from fedsheaf.rundir.files import read_json_object
 from fedsheaf.rundir.lifecycle import (
     claim_run_dir,
@@ -41,6 +42,18 @@ def main(config_path: str | None, overrides: list[str], resume_dir: str | None =
 
 def run_job(
     read_config: Callable[[], ExperimentConfig], library: bool = False
+) -> tuple[int, dict[str, Any] | None, Path]:
+    """:func:`_job`; a job run from Python (``library``) then lets go of its run
+    directory's lock, however it ended: the Python session goes on."""
+    try:
+        return _job(read_config, library)
+    finally:
+        if library:
+            run_lock.release_all()
+
+
+def _job(
+    read_config: Callable[[], ExperimentConfig], library: bool
 ) -> tuple[int, dict[str, Any] | None, Path]:
     """One run on every rank: the exit status, the run's summary (every rank's copy of
     rank 0's; None after a stop on request, or for a finished run skipped without one)

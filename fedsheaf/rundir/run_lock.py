@@ -3,8 +3,9 @@
 Two jobs writing into one run directory (a resume started while the run still trains,
 two launches of the same run at once) would interleave their metrics and checkpoints
 without any error. The rank that opens the run directory therefore takes an exclusive
-``flock`` on ``RUN_DIR/.fedsheaf.lock`` and keeps it until its process ends; the kernel
-drops it when the process dies, however it dies. The file itself stays and names the
+``flock`` on ``RUN_DIR/.fedsheaf.lock`` and keeps it until its process ends (a job run
+from Python, until the job ends: :func:`release_all`); the kernel drops it when the
+process dies, however it dies. The file itself stays and names the
 last holder (host, pid, SLURM job, time), which the refusal quotes.
 
 Limits: on a file system without working ``flock`` (Lustre mounted without ``flock``,
@@ -90,6 +91,15 @@ def hold(run_dir: str | Path) -> bool:
 #: Seconds a job keeps trying for a lock that is taken: long enough for a :func:`probe`
 #: (which holds it for microseconds) to be no refusal.
 PROBE_WAIT = 1.0
+
+
+def release_all() -> None:
+    """Let go of every lock this process holds: a job run from Python (``fedsheaf.run``)
+    has ended, finished or refused, and the session goes on (a later job, or one in
+    another process, may then open the run)."""
+    while _HELD:
+        _, fd = _HELD.popitem()
+        os.close(fd)  # (closing the descriptor drops its flock)
 
 
 def in_use(path: Path, holder: str) -> ConfigError:

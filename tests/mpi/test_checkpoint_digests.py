@@ -9,14 +9,15 @@ fallback ends exactly as a run never damaged. The same for a server-based run, w
 server (rank 0) writes one of the files. Also: real jobs refuse another tool's directory
 (tests/unit/test_run_dir_marker.py has the rest of what is fedsheaf's), and resume a run
 directory from before fedsheaf marked them, marking it.
+
+Both tests share two launches of 2 ranks (a module fixture: the first runs, then every
+resume), several ``fedsheaf run`` in one job, to keep the file fast on a 2-core machine.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +27,10 @@ import yaml
 
 from fedsheaf.rundir import checkpoint, run_lock
 from fedsheaf.rundir.files import MARKER, read_metrics
-from tests.conftest import MPIEXEC, run_mpi, untimed
+from tests.conftest import MPIEXEC, run_mpi_batch, untimed
 
 pytestmark = pytest.mark.mpi
 NP = 2
-
-
-def _together(*jobs: Callable[[], Any]) -> list[Any]:
-    """The jobs (each launching one run) at once: startup dominates these short runs."""
-    with ThreadPoolExecutor(len(jobs)) as pool:
-        return [f.result() for f in [pool.submit(job) for job in jobs]]
-
-
-def _run(*args: str):
-    return run_mpi(NP, ["-m", "fedsheaf", "run", *args], timeout=240)
 
 
 def _output(proc) -> str:
@@ -117,88 +108,6 @@ def _same_as(run: Path, ref: Path) -> None:
     assert untimed(summaries[0]) == untimed(summaries[1])
 
 
-def test_a_damaged_checkpoint_falls_back_to_the_one_before_on_every_rank(tmp_path):
-    if not MPIEXEC.exists():
-        pytest.skip(f"mpiexec not found at {MPIEXEC}")
-    config = str(_graph_config(tmp_path))
-    runs = tmp_path / "runs"
-    # another tool's directories, refused by the job as by `fedsheaf check`
-    lightning = runs / "lightning"
-    (lightning / "checkpoints").mkdir(parents=True)
-    (lightning / "checkpoints" / "lightning-epoch=99.ckpt").write_bytes(b"their weights")
-    theirs = runs / "theirs"
-    theirs.mkdir()
-    (theirs / "config.yaml").write_text("trainer:\n  max_epochs: 10\n")
-    ref, cut, foreign_ckpt, foreign_cfg = _together(
-        lambda: _run(config, "output.name=ref"),
-        lambda: _run(config, "output.name=cut", "train.epochs=3"),
-        lambda: _run(config, "output.name=lightning", "output.overwrite=true"),
-        lambda: _run(config, "output.name=theirs"),
-    )
-    assert ref.returncode == 0, _output(ref)
-    assert cut.returncode == 0, _output(cut)
-    line = _one_error(foreign_ckpt)
-    assert line.endswith(
-        f"run directory {lightning} exists and is not a fedsheaf run (it holds checkpoints/); "
-        "choose another output.name or output.dir"
-    )
-    left = sorted(p.name for p in lightning.rglob("*"))
-    assert left == ["checkpoints", "lightning-epoch=99.ckpt"]  # no lock, no mark
-    line = _one_error(foreign_cfg)
-    assert "(it holds config.yaml; its config.yaml is not a fedsheaf config)" in line
-    assert sorted(p.name for p in theirs.iterdir()) == ["config.yaml"]
-
-    ref, cut = runs / "ref", runs / "cut"
-    assert json.loads((cut / "checkpoints" / "latest.json").read_text())["epochs"] == [1, 2, 3]
-    copies = {}
-    for name in ("allbad", "torn", "gone"):
-        copies[name] = runs / name
-        shutil.copytree(cut, copies[name])
-    # every checkpoint of allbad damaged on rank 1: refused
-    for epoch in (1, 2, 3):
-        _garble(checkpoint.rank_file(copies["allbad"], epoch, 1))
-    kept = {f: (copies["allbad"] / f).read_bytes() for f in ("summary.json", "metrics.jsonl")}
-    manifest = (copies["allbad"] / "checkpoints" / "latest.json").read_bytes()
-    # the newest checkpoint of torn cut short on rank 0, of gone lost on rank 1; gone is also
-    # a run directory from before fedsheaf marked them (no mark, no lock)
-    torn = checkpoint.rank_file(copies["torn"], 3, 0)
-    torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])
-    torn_size = torn.stat().st_size  # (the resumed run writes its own epoch 3)
-    lost = checkpoint.rank_file(copies["gone"], 3, 1)
-    lost.unlink()
-    (copies["gone"] / MARKER).unlink()
-    (copies["gone"] / run_lock.LOCK_FILE).unlink()
-    # and cut's own newest checkpoint garbled on rank 1
-    garbled = checkpoint.rank_file(cut, 3, 1)
-    _garble(garbled)
-
-    # each trained on to 4 epochs (as ref)
-    resumed, allbad, truncated, missing = _together(
-        *(
-            (lambda d=d: _run("--resume", str(d), "train.epochs=4"))
-            for d in (cut, copies["allbad"], copies["torn"], copies["gone"])
-        )
-    )
-    for proc, run, said in (
-        (resumed, cut, f"{garbled} is damaged (sha256 mismatch: its bytes changed since it was "),
-        (truncated, copies["torn"], f"{torn} is truncated ({torn_size} of its "),
-        (missing, copies["gone"], f"{lost} is missing); trying the one before"),
-    ):
-        out = _output(proc)
-        assert proc.returncode == 0, out
-        assert f"the checkpoint after epoch 3 cannot be used (checkpoint file {said}" in out
-        assert f"resuming {run} after epoch 2" in out
-        _same_as(run, ref)
-    assert json.loads((copies["gone"] / MARKER).read_text())["format"] == 1  # marked now
-
-    line = _one_error(allbad)
-    assert f"cannot resume {copies['allbad']}: no checkpoint can be read (checkpoint file " in line
-    assert "epoch-0003/rank-1.pt is damaged (sha256 mismatch" in line
-    assert line.endswith("start over with output.overwrite=true")
-    assert {f: (copies["allbad"] / f).read_bytes() for f in kept} == kept  # left as it was
-    assert (copies["allbad"] / "checkpoints" / "latest.json").read_bytes() == manifest
-
-
 def _head_fedavg(tmp: Path) -> Path:
     cfg = {
         "name": "digest",
@@ -226,20 +135,143 @@ def _head_fedavg(tmp: Path) -> Path:
     return tmp / "head.yaml"
 
 
-def test_a_server_runs_damaged_checkpoint_falls_back_to_the_one_before(tmp_path):
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Both tests' runs in two launches of NP ranks (several ``fedsheaf run`` in one job:
+    tests/conftest.py's run_mpi_batch; startup dominates these short runs on 2 cores).
+
+    First: the graph run's reference (4 epochs) and a run of 3 epochs, two runs into
+    another tool's directories, and the server run's reference (4 rounds) and a run of 3
+    rounds. Then their checkpoints are damaged, and: the cut run and three copies of it
+    resumed to 4 epochs, and the server run resumed to 4 rounds."""
     if not MPIEXEC.exists():
         pytest.skip(f"mpiexec not found at {MPIEXEC}")
-    config = str(_head_fedavg(tmp_path))
-    ref, short = _together(
-        lambda: _run(config, "output.name=ref", "checkpoint.every=0"),
-        lambda: _run(config, "output.name=short", "federated.rounds=3", "checkpoint.every=1"),
+    tmp_path = tmp_path_factory.mktemp("digests")
+    (tmp_path / "graph").mkdir()
+    (tmp_path / "server").mkdir()
+    config = str(_graph_config(tmp_path / "graph"))
+    head = str(_head_fedavg(tmp_path / "server"))
+    runs = tmp_path / "graph" / "runs"
+    # another tool's directories, refused by the job as by `fedsheaf check`
+    lightning = runs / "lightning"
+    (lightning / "checkpoints").mkdir(parents=True)
+    (lightning / "checkpoints" / "lightning-epoch=99.ckpt").write_bytes(b"their weights")
+    theirs = runs / "theirs"
+    theirs.mkdir()
+    (theirs / "config.yaml").write_text("trainer:\n  max_epochs: 10\n")
+    first = _batch(
+        tmp_path,
+        [config, "output.name=ref"],
+        [config, "output.name=cut", "train.epochs=3"],
+        [config, "output.name=lightning", "output.overwrite=true"],
+        [config, "output.name=theirs"],
+        [head, "output.name=ref", "checkpoint.every=0"],
+        [head, "output.name=short", "federated.rounds=3", "checkpoint.every=1"],
     )
-    assert ref.returncode == 0, _output(ref)
-    assert short.returncode == 0, _output(short)
-    ref, short = tmp_path / "runs" / "ref", tmp_path / "runs" / "short"
-    garbled = checkpoint.rank_file(short, 3, 0)  # the server's
-    _garble(garbled)
-    proc = _run("--resume", str(short), "federated.rounds=4")
+    found: dict[str, Any] = {"runs": runs, "first": first[:4], "server_first": first[4:]}
+    for proc in first[:2] + first[4:]:
+        assert proc.returncode == 0, _output(proc)
+
+    cut = runs / "cut"
+    found["cut_epochs"] = json.loads((cut / "checkpoints" / "latest.json").read_text())["epochs"]
+    copies = {}
+    for name in ("allbad", "torn", "gone"):
+        copies[name] = runs / name
+        shutil.copytree(cut, copies[name])
+    found["copies"] = copies
+    # every checkpoint of allbad damaged on rank 1: refused
+    for epoch in (1, 2, 3):
+        _garble(checkpoint.rank_file(copies["allbad"], epoch, 1))
+    found["kept"] = {
+        f: (copies["allbad"] / f).read_bytes() for f in ("summary.json", "metrics.jsonl")
+    }
+    found["manifest"] = (copies["allbad"] / "checkpoints" / "latest.json").read_bytes()
+    # the newest checkpoint of torn cut short on rank 0, of gone lost on rank 1; gone is also
+    # a run directory from before fedsheaf marked them (no mark, no lock)
+    torn = checkpoint.rank_file(copies["torn"], 3, 0)
+    torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])
+    found["torn"], found["torn_size"] = torn, torn.stat().st_size  # (resumed: its own 3)
+    found["lost"] = checkpoint.rank_file(copies["gone"], 3, 1)
+    found["lost"].unlink()
+    (copies["gone"] / MARKER).unlink()
+    (copies["gone"] / run_lock.LOCK_FILE).unlink()
+    # and cut's own newest checkpoint garbled on rank 1
+    found["garbled"] = checkpoint.rank_file(cut, 3, 1)
+    _garble(found["garbled"])
+    # the server run's newest checkpoint garbled on the server
+    short = tmp_path / "server" / "runs" / "short"
+    found["server_garbled"] = checkpoint.rank_file(short, 3, 0)
+    _garble(found["server_garbled"])
+
+    # each trained on to 4 epochs (as ref), and the server run to 4 rounds
+    second = _batch(
+        tmp_path,
+        *(
+            ["--resume", str(d), "train.epochs=4"]
+            for d in (cut, copies["allbad"], copies["torn"], copies["gone"])
+        ),
+        ["--resume", str(short), "federated.rounds=4"],
+    )
+    found["second"], found["server_resumed"] = second[:4], second[4]
+    found["server"] = tmp_path / "server" / "runs"
+    return found
+
+
+def _batch(tmp: Path, *runs: list[str]) -> list[Any]:
+    """``fedsheaf run ARGS`` for each ARGS, one after another in one job of NP ranks."""
+    return run_mpi_batch(NP, [["run", *args] for args in runs], tmp, timeout=600)
+
+
+def test_a_damaged_checkpoint_falls_back_to_the_one_before_on_every_rank(jobs):
+    """A damaged, truncated or missing rank file of the newest checkpoint: every rank
+    resumes from the one before, ending as a run never damaged; all damaged: refused,
+    the run left as it was. Also: another tool's directories are refused, and a run
+    directory from before fedsheaf marked them is resumed and marked."""
+    runs = jobs["runs"]
+    ref, cut, foreign_ckpt, foreign_cfg = jobs["first"]
+    lightning, theirs = runs / "lightning", runs / "theirs"
+    line = _one_error(foreign_ckpt)
+    assert line.endswith(
+        f"run directory {lightning} exists and is not a fedsheaf run (it holds checkpoints/); "
+        "choose another output.name or output.dir"
+    )
+    left = sorted(p.name for p in lightning.rglob("*"))
+    assert left == ["checkpoints", "lightning-epoch=99.ckpt"]  # no lock, no mark
+    line = _one_error(foreign_cfg)
+    assert "(it holds config.yaml; its config.yaml is not a fedsheaf config)" in line
+    assert sorted(p.name for p in theirs.iterdir()) == ["config.yaml"]
+
+    ref, cut = runs / "ref", runs / "cut"
+    assert jobs["cut_epochs"] == [1, 2, 3]
+    copies, garbled, torn, lost = (jobs[k] for k in ("copies", "garbled", "torn", "lost"))
+    resumed, allbad, truncated, missing = jobs["second"]
+    for proc, run, said in (
+        (resumed, cut, f"{garbled} is damaged (sha256 mismatch: its bytes changed since it was "),
+        (truncated, copies["torn"], f"{torn} is truncated ({jobs['torn_size']} of its "),
+        (missing, copies["gone"], f"{lost} is missing); trying the one before"),
+    ):
+        out = _output(proc)
+        assert proc.returncode == 0, out
+        assert f"the checkpoint after epoch 3 cannot be used (checkpoint file {said}" in out
+        assert f"resuming {run} after epoch 2" in out
+        _same_as(run, ref)
+    assert json.loads((copies["gone"] / MARKER).read_text())["format"] == 1  # marked now
+
+    line = _one_error(allbad)
+    assert f"cannot resume {copies['allbad']}: no checkpoint can be read (checkpoint file " in line
+    assert "epoch-0003/rank-1.pt is damaged (sha256 mismatch" in line
+    assert line.endswith("start over with output.overwrite=true")
+    kept = jobs["kept"]
+    assert {f: (copies["allbad"] / f).read_bytes() for f in kept} == kept  # left as it was
+    assert (copies["allbad"] / "checkpoints" / "latest.json").read_bytes() == jobs["manifest"]
+
+
+def test_a_server_runs_damaged_checkpoint_falls_back_to_the_one_before(jobs):
+    """The server's (rank 0's) file of the newest checkpoint garbled: the resume falls
+    back to the one before and ends as a run never damaged."""
+    ref, short = jobs["server"] / "ref", jobs["server"] / "short"
+    garbled = jobs["server_garbled"]
+    proc = jobs["server_resumed"]
     out = _output(proc)
     assert proc.returncode == 0, out
     assert (

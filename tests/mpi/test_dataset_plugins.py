@@ -1,7 +1,12 @@
 """Data sets as plug-ins in real jobs: a user's loader named ``userdata:<loader>`` with its
 directory on PYTHONPATH, loaded by every rank under mpiexec in both families; a resume on
 its data changed since is refused; a graph run on a data root that holds MNIST's test
-files alone (data.split=test)."""
+files alone (data.split=test).
+
+The two graph runs that complete (MNIST's test files, the plug-in's first run) share one
+2-rank launch (``fedsheaf.run`` in a loop, a module-scoped fixture); the refused resume
+and the server-based run are ``fedsheaf run`` jobs of their own.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -69,28 +75,49 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_graph_run_on_mnist_test_files_alone(tmp_path):
-    root = mnist_test_files_only(tmp_path / "data")
-    config = _graph_config(
-        tmp_path, "t10k", {"dataset": "mnist", "root": str(root), "split": "test"}
-    )
-    proc = _fedsheaf(2, mpi_env(), "run", str(config))
-    assert proc.returncode == 0, proc.stderr
-    summary = json.loads((tmp_path / "runs" / "t10k-sheaf_frl-seed0" / "summary.json").read_text())
-    assert summary["n_agents"] == 2 and summary["epoch"] == 1
+SCRIPT = """\
+import json, sys
+import fedsheaf
+
+for config, overrides in json.loads(open(sys.argv[1]).read()):
+    fedsheaf.run(config, **overrides)
+"""
 
 
-def test_a_plugin_graph_run_and_a_resume_on_its_changed_data(tmp_path):
-    env = _env(tmp_path)
-    root = tmp_path / "data"
+@pytest.fixture(scope="module")
+def graph_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One 2-rank job, the user's loaders on PYTHONPATH, that runs a graph run on MNIST's
+    test files alone and the plug-in's first run (checkpointed every epoch) on the data
+    in ``root``: {"work": ..., "root": ..., "x"/"y": that data, "env": ..., "proc": ...}."""
+    work = tmp_path_factory.mktemp("dataplugins")
+    env = _env(work)
+    mnist = mnist_test_files_only(work / "mnist")
+    t10k = _graph_config(work, "t10k", {"dataset": "mnist", "root": str(mnist), "split": "test"})
+    root = work / "data"
     root.mkdir()
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(300, 1, 8, 8)).astype(np.float32), np.arange(300) % 6
     np.savez(root / "train.npz", x=x, y=y)
-    config = _graph_config(tmp_path, "plug", {"dataset": "userdata:from_root", "root": str(root)})
-    first = _fedsheaf(2, env, "run", str(config), "checkpoint.every=1")
-    assert first.returncode == 0, first.stderr
-    run = tmp_path / "runs" / "plug-sheaf_frl-seed0"
+    plug = _graph_config(work, "plug", {"dataset": "userdata:from_root", "root": str(root)})
+    plan = [(str(t10k), {}), (str(plug), {"checkpoint.every": 1})]
+    (work / "plan.json").write_text(json.dumps(plan))
+    (work / "script.py").write_text(SCRIPT)
+    proc = run_mpi(2, [str(work / "script.py"), str(work / "plan.json")], env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"work": work, "root": root, "x": x, "y": y, "env": env, "proc": proc}
+
+
+def test_a_graph_run_on_mnist_test_files_alone(graph_runs):
+    run = graph_runs["work"] / "runs" / "t10k-sheaf_frl-seed0"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["n_agents"] == 2 and summary["epoch"] == 1
+
+
+def test_a_plugin_graph_run_and_a_resume_on_its_changed_data(graph_runs):
+    env, root, x, y = (graph_runs[k] for k in ("env", "root", "x", "y"))
+    first = graph_runs["proc"]
+    run = graph_runs["work"] / "runs" / "plug-sheaf_frl-seed0"
+    assert json.loads((run / "summary.json").read_text())["epoch"] == 1
     assert "userdata:from_root" in first.stdout + first.stderr  # its first log line names it
     x[10, 0, 3, 3] += 1.0  # the plug-in's data change (one value)
     np.savez(root / "train.npz", x=x, y=y)

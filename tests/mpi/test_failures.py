@@ -3,7 +3,8 @@
 Decentralized: one story, to keep launches few: a run loses a rank (SIGKILL) after a few
 checkpoints; then the same run is resumed with one agent's learning rate set
 absurdly high, so that agent's loss turns NaN on the first step after the
-checkpoint. Server-based: a FedRep client diverges on a worker while the server waits.
+checkpoint. Server-based: a FedRep client diverges on a worker while the server waits
+(the good runs it resumes, one per placement, made in one job by a module fixture).
 Hub-based: a checkpoint that does not fit is refused (test_variants_hub.py). A raised
 exception in a toy program is covered by test_runtime.py, a missing data file at start
 by test_run.py and test_hardening.py.
@@ -108,25 +109,52 @@ def test_lost_rank_and_diverged_agent_stop_the_job(tmp_path):
     assert watched.stdout.splitlines()[-1] == f"failed on rank 1: {failure['error']}"
 
 
-@pytest.mark.parametrize("placement", ["balanced", "dynamic"])
-def test_diverged_client_stops_a_server_based_run(tmp_path, fmnist_root, placement):
+PLACEMENTS = ("balanced", "dynamic")
+
+#: Runs (argv: a JSON list of [config, overrides]) one after another in one job.
+RUNS = """\
+import json, sys
+import fedsheaf
+
+for config, overrides in json.loads(sys.argv[1]):
+    fedsheaf.run(config, **overrides)
+"""
+
+
+@pytest.fixture(scope="module")
+def good_fedrep_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Placement -> a FedRep run of two good rounds at np = 3, checkpointed after each:
+    both in one job (each launch costs every rank its imports)."""
+    from tests.conftest import shared_data_root
+    from tests.mpi.test_resume_server import _config, _fedrep
+
+    root = shared_data_root()
+    if root is None:
+        pytest.skip("no shared FashionMNIST copy (../shared/data) on this machine")
+    work = tmp_path_factory.mktemp("diverge")
+    cfg = _fedrep(root)
+    cfg["federated"]["rounds"] = 2
+    path = _config(work, cfg)
+    runs = [
+        [str(path), {"output.name": p, "federated.placement": p, "checkpoint.every": 1}]
+        for p in PLACEMENTS
+    ]
+    good = run_mpi(3, ["-c", RUNS, json.dumps(runs)], timeout=300)
+    assert good.returncode == 0, good.stdout + good.stderr
+    return {p: work / "runs" / p for p in PLACEMENTS}
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_diverged_client_stops_a_server_based_run(good_fedrep_runs, placement):
     """FedRep at np = 3: two good rounds (checkpointed), then a resume with an absurd
     learning rate: a client's loss turns NaN in round 3 on a worker while the server
     waits (in its gather, or dealing clients under dynamic placement); the job ends
     at once, non-zero, naming rank, client and cause, and the checkpoint after round
     2 stays the newest."""
-    from tests.mpi.test_resume_server import _config, _fedrep
-
-    cfg = _fedrep(fmnist_root)
-    cfg["federated"]["rounds"] = 2
-    cfg["federated"]["placement"] = placement
-    path = _config(tmp_path, cfg)
-    run = tmp_path / "runs" / "diverge"
-    base = ["-m", "fedsheaf", "run"]
-    good = run_mpi(3, [*base, str(path), "output.name=diverge", "checkpoint.every=1"])
-    assert good.returncode == 0, good.stderr
+    run = good_fedrep_runs[placement]
     (run / "summary.json").unlink()  # pretend it was cut short, to resume with more rounds
 
+    base = ["-m", "fedsheaf", "run"]
     bad = run_mpi(3, [*base, "--resume", str(run), "rounds=4", "train.lr=1e30"], timeout=120)
     assert bad.returncode != 0
     assert "resuming" in bad.stdout and "after round 2" in bad.stdout

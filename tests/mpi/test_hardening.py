@@ -6,6 +6,11 @@ calls the CLI entry point again and again and records each exit status and
 stderr (an exception escaping the CLI would be a traceback for the user, so it
 fails the case); three cases are real, separate processes. Parser-level cases
 live in tests/unit/test_config*.py and tests/unit/test_graphs*.py.
+
+Every process costs its imports on a 2-core machine, so launches are shared: one
+singleton run (the module fixture ``trained``) serves the real-process checks, the
+changed-data refusal and the read-only resume (the latter two on copies of it), and a
+resume refused and then allowed runs in one process (or job) of its own (:data:`STEPS`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import yaml
 
 from fedsheaf.rundir.files import mark, read_metrics
 from fedsheaf.util import reader_gone
-from tests.conftest import REPO, mpi_env
+from tests.conftest import REPO, mpi_env, run_mpi
 
 pytestmark = pytest.mark.mpi
 
@@ -46,7 +51,59 @@ for argv in json.load(open(sys.argv[1])):
 json.dump(out, open(sys.argv[2], "w"))
 """
 
+#: ``fedsheaf`` command lines one after another in one process (on every rank of a job),
+#: each one's exit status and stderr recorded as :data:`DRIVER` does (argv: a JSON list of
+#: steps, the output file, suffixed with the rank); a step ``{"put": [file, source]}``
+#: writes ``source``'s bytes into ``file`` (rank 0), and the data sets load anew after it.
+STEPS = r"""
+import contextlib, io, json, os, sys, traceback
+from pathlib import Path
+from fedsheaf.cli.main import main
+
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+out = []
+for step in json.load(open(sys.argv[1])):
+    if "put" in step:
+        from mpi4py import MPI
+        from fedsheaf.data.datasets_registry import clear_cache
+        target, source = step["put"]
+        if rank == 0:
+            Path(target).write_bytes(Path(source).read_bytes())
+        MPI.COMM_WORLD.Barrier()
+        clear_cache()  # as a new process would: read the files again
+        continue
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(step["argv"])
+        except SystemExit as exc:
+            code = exc.code
+        except BaseException:
+            code = "crash"
+            traceback.print_exc(file=err)
+    out.append({"argv": step["argv"], "code": code, "stderr": err.getvalue()})
+json.dump(out, open(f"{sys.argv[2]}.{rank}", "w"))
+"""
+
 AGENT = {"encoder": [4, 6], "head": [8], "classes": [0, 1, 2]}
+
+
+def _steps(n: int, steps: list[dict], work: Path) -> list[dict]:
+    """:data:`STEPS` in one process (``n`` = 1: an MPI singleton) or one job of ``n``
+    ranks; rank 0's record of each command line (every rank's exit statuses agree)."""
+    (work / "steps.json").write_text(json.dumps(steps))
+    args = ["-c", STEPS, str(work / "steps.json"), str(work / "steps-out.json")]
+    if n == 1:
+        proc = subprocess.run(
+            [sys.executable, *args], cwd=REPO, env=mpi_env(), capture_output=True, text=True
+        )
+    else:
+        proc = run_mpi(n, args, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ranks = [json.loads((work / f"steps-out.json.{r}").read_text()) for r in range(n)]
+    for other in ranks[1:]:
+        assert [s["code"] for s in other] == [s["code"] for s in ranks[0]], ranks
+    return ranks[0]
 
 
 def _graph(tmp: Path, name: str, nodes, edges) -> str:
@@ -202,7 +259,45 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_real_processes_without_mpiexec(tmp_path):
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One singleton run (``fedsheaf run``, no launcher) of one agent on a small
+    FashionMNIST copy (3 classes), 2 epochs checkpointed after each, its standard output's
+    reader gone before the first line (``| head -0``): what it said and wrote, and a
+    pristine copy of its run directory (``pristine``) for the tests that resume it."""
+    work = tmp_path_factory.mktemp("trained")
+    labels = _small_fashionmnist(work, 3)
+    data = {"dataset": "fashionmnist", "root": str(work / "data"), "limit": 300}
+    train = {"epochs": 2, "steps_per_epoch": 2}
+    config = _config(work, "fp", _graph(work, "g1", [0], []), data=data, train=train)
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fedsheaf", "run", config, "checkpoint.every=1"],
+        cwd=REPO,
+        env=mpi_env(),
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=120,
+    )
+    os.close(write_end)
+    assert proc.returncode == 0, proc.stderr
+    run = work / "runs" / "fp-sheaf_frl-seed0"
+    shutil.copytree(run, work / "pristine")
+    return {
+        "returncode": proc.returncode,
+        "stderr": proc.stderr,
+        "n_agents": json.loads((run / "summary.json").read_text())["n_agents"],
+        "checkpoints": json.loads((run / "checkpoints" / "latest.json").read_text())["epochs"],
+        "epochs": [r["epoch"] for r in read_metrics(run / "metrics.jsonl")],
+        "pristine": work / "pristine",
+        "labels": labels,
+        "data": work / "data",
+    }
+
+
+def test_real_processes_without_mpiexec(tmp_path, trained):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: [\n")
     proc = _cli("run", str(bad))
@@ -214,31 +309,14 @@ def test_real_processes_without_mpiexec(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "no-data/MNIST/raw/train-images-idx3-ubyte" in proc.stderr
 
-    # the same singleton trains a one-agent run, checkpointing every epoch
-    proc = _cli("run", good, "train.epochs=2", "checkpoint.every=1")
-    assert proc.returncode == 0, proc.stderr
-    run = tmp_path / "runs" / "good-sheaf_frl-seed0"
-    assert json.loads((run / "summary.json").read_text())["n_agents"] == 1
-    assert json.loads((run / "checkpoints" / "latest.json").read_text())["epochs"] == [1, 2]
-
-    # standard output's reader gone before the first line (`| head -0`): the run goes on
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    gone = subprocess.run(
-        [sys.executable, "-m", "fedsheaf", "run", good, "output.name=unread", "train.epochs=2"],
-        cwd=REPO,
-        env=mpi_env(),
-        stdout=write_end,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=120,
-    )
-    os.close(write_end)
-    assert gone.returncode == 0, gone.stderr
-    assert gone.stderr.count(reader_gone.NOTICE) == 1 and "Traceback" not in gone.stderr
-    unread = read_metrics(tmp_path / "runs" / "unread" / "metrics.jsonl")
-    assert [r["epoch"] for r in unread] == [1, 2]
-    assert (tmp_path / "runs" / "unread" / "summary.json").is_file()
+    # a singleton trains a one-agent run, checkpointing every epoch, with standard
+    # output's reader gone before the first line (`| head -0`): the run goes on
+    assert trained["returncode"] == 0, trained["stderr"]
+    assert trained["stderr"].count(reader_gone.NOTICE) == 1, trained["stderr"]
+    assert "Traceback" not in trained["stderr"]
+    assert trained["n_agents"] == 1
+    assert trained["checkpoints"] == [1, 2]
+    assert trained["epochs"] == [1, 2]
 
 
 def test_argument_errors_reach_the_user_under_mpiexec(mpirun):
@@ -304,44 +382,55 @@ def _changed_labels(labels: Path, classes: int) -> bytes:
     return kept
 
 
-def _refused_for_data(refused: subprocess.CompletedProcess[str], run: Path, root: Path) -> str:
-    """The one line that refuses a resume of ``run`` on changed data (beside which
-    ``mpiexec`` may add its banner); returns it."""
+def _refused_for_data(refused: dict, run: Path, root: Path) -> str:
+    """The one line that refuses a resume of ``run`` on changed data (a :func:`_steps`
+    record); returns it."""
     said = (
         f"fedsheaf: error: cannot resume {run}: the data set loaded from data.root="
         f"{root} differs from the one its checkpoints were trained on (its "
         "files have changed since); resume with the same data, or start over with "
         "output.overwrite=true\n"
     )
-    assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert refused.stderr.count("fedsheaf: error") == 1 and said in refused.stderr, refused.stderr
+    stderr = refused["stderr"]
+    assert refused["code"] == 2 and "Traceback" not in stderr
+    assert stderr.count("fedsheaf: error") == 1 and said in stderr, stderr
     return said
 
 
-def test_a_resume_on_data_files_that_changed_since_its_checkpoint_is_refused(tmp_path):
+def test_a_resume_on_data_files_that_changed_since_its_checkpoint_is_refused(tmp_path, trained):
     """Checkpoints record a fingerprint of the data set: labels edited in place (valid
-    values, so loading succeeds) would silently mix two data sets into one run."""
-    labels = _small_fashionmnist(tmp_path, 3)
-    data = {"dataset": "fashionmnist", "root": str(tmp_path / "data"), "limit": 300}
-    train = {"epochs": 2, "steps_per_epoch": 2}
-    config = _config(tmp_path, "fp", _graph(tmp_path, "g1", [0], []), data=data, train=train)
-    first = _cli("run", config)
-    assert first.returncode == 0, first.stderr
+    values, so loading succeeds) would silently mix two data sets into one run. (The run:
+    a copy of ``trained``'s; the refusals and the resume once the labels are back: one
+    process.)"""
     run = tmp_path / "runs" / "fp-sheaf_frl-seed0"
-    kept = _changed_labels(labels, 3)
-    refused = _cli("run", "--resume", str(run), "train.epochs=3")
-    said = _refused_for_data(refused, run, tmp_path / "data")
-    assert refused.stderr == said
-    assert json.loads((run / "summary.json").read_text())["epoch"] == 2  # untouched
-    checked = _cli("check", "--resume", str(run), "train.epochs=3")  # finds it too
-    assert checked.returncode == 2 and checked.stderr == said
-    labels.write_bytes(kept)
-    resumed = _cli("run", "--resume", str(run), "train.epochs=3")
-    assert resumed.returncode == 0, resumed.stderr
+    shutil.copytree(trained["pristine"], run)
+    labels = trained["labels"]
+    kept = tmp_path / "labels.kept"
+    kept.write_bytes(_changed_labels(labels, 3))
+    try:
+        # (check first: a refused run leaves its lock to its process, which lives on)
+        checked, refused, resumed = _steps(
+            1,
+            [
+                {"argv": ["check", "--resume", str(run), "train.epochs=3"]},  # finds it too
+                {"argv": ["run", "--resume", str(run), "train.epochs=3"]},
+                {"put": [str(labels), str(kept)]},
+                {"argv": ["run", "--resume", str(run), "train.epochs=3"]},
+            ],
+            tmp_path,
+        )
+    finally:
+        labels.write_bytes(kept.read_bytes())
+    said = _refused_for_data(refused, run, trained["data"])
+    assert refused["stderr"] == said
+    assert checked["code"] == 2 and checked["stderr"] == said
+    assert resumed["code"] == 0, resumed["stderr"]
     assert json.loads((run / "summary.json").read_text())["epoch"] == 3
+    # the refusal left the run untouched: the resume continued from epoch 2's checkpoint
+    assert [r["epoch"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2, 3]
 
 
-def test_a_server_run_resumed_on_changed_data_files_is_refused(mpirun, tmp_path):
+def test_a_server_run_resumed_on_changed_data_files_is_refused(tmp_path):
     """Server-based runs record the fingerprint of both splits their clients are cut from
     (the server computes it: every rank loads the splits, none keeps them whole)."""
     labels = _small_fashionmnist(tmp_path, 10)
@@ -364,20 +453,37 @@ def test_a_server_run_resumed_on_changed_data_files_is_refused(mpirun, tmp_path)
             }
         )
     )
-    first = mpirun(2, ["-m", "fedsheaf", "run", str(config)])
-    assert first.returncode == 0, first.stderr
     run = tmp_path / "runs" / "fp-fedavg-seed0"
+    kept, changed = tmp_path / "labels.kept", tmp_path / "labels.changed"
+    kept.write_bytes(_changed_labels(labels, 10))
+    changed.write_bytes(labels.read_bytes())
+    labels.write_bytes(kept.read_bytes())
+    resume = {"argv": ["run", "--resume", str(run), "federated.rounds=2"]}
+    # one job of 2 ranks: the first run; the labels changed: the resume refused; the labels
+    # back: resumed
+    first, refused, resumed = _steps(
+        2,
+        [
+            {"argv": ["run", str(config)]},
+            {"put": [str(labels), str(changed)]},
+            resume,
+            {"put": [str(labels), str(kept)]},
+            resume,
+        ],
+        tmp_path,
+    )
+    assert first["code"] == 0, first["stderr"]
+    said = _refused_for_data(refused, run, tmp_path / "data")  # said without a rank
+    assert resumed["code"] == 0, resumed["stderr"]
+    assert [r["round"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
     recorded = json.loads((run / "checkpoints" / "latest.json").read_text())["data"]
     assert len(recorded.split("+")) == 2  # train and test
-    kept = _changed_labels(labels, 10)
-    refused = mpirun(2, ["-m", "fedsheaf", "run", "--resume", str(run), "federated.rounds=2"])
-    said = _refused_for_data(refused, run, tmp_path / "data")  # said without a rank
-    checked = _cli("check", "-n", "2", "--resume", str(run), "federated.rounds=2")
+    labels.write_bytes(changed.read_bytes())  # `fedsheaf check` finds it too
+    try:
+        checked = _cli("check", "-n", "2", "--resume", str(run), "federated.rounds=3")
+    finally:
+        labels.write_bytes(kept.read_bytes())
     assert checked.returncode == 2 and checked.stderr == said
-    labels.write_bytes(kept)
-    resumed = mpirun(2, ["-m", "fedsheaf", "run", "--resume", str(run), "federated.rounds=2"])
-    assert resumed.returncode == 0, resumed.stderr
-    assert [r["round"] for r in read_metrics(run / "metrics.jsonl")] == [1, 2]
 
 
 def test_a_sweep_stops_when_two_runs_in_a_row_are_refused_alike(tmp_path):
@@ -434,7 +540,7 @@ def _read_only_mounts(probe_dir: Path) -> list[str] | None:
 
 
 def test_a_resume_on_a_read_only_file_system_says_so_without_advising_another_output_dir(
-    tmp_path,
+    tmp_path, trained
 ):
     """``fedsheaf run --resume RUN_DIR`` keeps the run where it is, so its refusal on a file
     system mounted read-only must say that, and not advise another output.dir. The mount
@@ -443,10 +549,8 @@ def test_a_resume_on_a_read_only_file_system_says_so_without_advising_another_ou
     words = _read_only_mounts(tmp_path)
     if words is None:
         pytest.skip("no mount namespace with a read-only bind mount allowed here")
-    good = _config(tmp_path, "ro", _graph(tmp_path, "one", [0], []))
-    made = _cli("run", good, "train.epochs=2", "checkpoint.every=1")
-    assert made.returncode == 0, made.stderr
-    run = tmp_path / "runs" / "ro-sheaf_frl-seed0"
+    run = tmp_path / "runs" / "ro"
+    shutil.copytree(trained["pristine"], run)  # a real run's directory
     (run / "summary.json").unlink()  # as a run cut short leaves it
     before = sorted(p.name for p in run.iterdir())
     resume = shlex.join([sys.executable, "-m", "fedsheaf", "run", "--resume", str(run)])

@@ -27,7 +27,7 @@ def _config(tmp_path):
             "clients": 6,
             "rounds": 3,
             "fraction": 0.5,
-            "local_epochs": 20,
+            "local_epochs": 5,
             "eval_every": 1,
         },
         "train": {"optimizer": "adam", "lr": 0.01, "weight_decay": 0.0, "batch_size": 32},

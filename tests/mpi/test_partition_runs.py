@@ -1,10 +1,16 @@
 """Runs with ``data.partition`` / ``federated.partition`` other than the defaults, on real
-ranks: Dirichlet(α) in each family, and a user's partition inline (PYTHONPATH)."""
+ranks: Dirichlet(α) in each family, and a user's partition inline (PYTHONPATH).
+
+The two graph runs that complete (Dirichlet, the user's round robin) share one 4-rank
+launch (``fedsheaf.run`` in a loop, a module-scoped fixture); the refused user partition
+is a ``fedsheaf run`` of its own (on 2 ranks).
+"""
 
 import json
 import os
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -13,11 +19,24 @@ from tests.conftest import mpi_env, run_mpi
 
 pytestmark = pytest.mark.mpi
 QUICK = ["train.epochs=1", "train.steps_per_epoch=3", "train.eval_every=1"]
+SCRIPT = """\
+import json, sys
+import fedsheaf
+
+for overrides in json.loads(open(sys.argv[1]).read()):
+    fedsheaf.run("configs/quickstart.yaml", **overrides)
+"""
+#: The quickstart graph runs of the fixture: name -> overrides.
+GRAPH_RUNS = {
+    "dir": {"data.partition": "dirichlet", "data.dirichlet_alpha": 0.3},
+    "user": {"data.partition": "userpart:round_robin", "data.partition_args": {"stride": 2}},
+}
 
 
-def _graph_run(tmp_path, name, *overrides, env=None):
+def _graph_run(tmp_path, name, *overrides, env=None, ranks=4):
     args = ["-m", "fedsheaf", "run", "configs/quickstart.yaml", f"output.dir={tmp_path}"]
-    return run_mpi(4, [*args, *QUICK, f"output.name={name}", *overrides], timeout=240, env=env)
+    args += [*QUICK, f"output.name={name}", *overrides]
+    return run_mpi(ranks, args, timeout=240, env=env)
 
 
 def _user_env(tmp_path: Path) -> dict[str, str]:
@@ -41,26 +60,36 @@ def _user_env(tmp_path: Path) -> dict[str, str]:
     return mpi_env(PYTHONPATH=f"{code}{os.pathsep}{path}" if path else str(code))
 
 
-def test_dirichlet_graph_run_completes(tmp_path):
-    proc = _graph_run(tmp_path, "dir", "data.partition=dirichlet", "data.dirichlet_alpha=0.3")
-    assert proc.returncode == 0, proc.stderr
+@pytest.fixture(scope="module")
+def graph_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The :data:`GRAPH_RUNS` in one 4-rank job, the user's module on PYTHONPATH: {"dir":
+    their output dir, "proc": the job}."""
+    work = tmp_path_factory.mktemp("partitions")
+    quick = {k: int(v) for k, v in (o.split("=") for o in QUICK)}
+    plan = [
+        {**quick, **o, "output.dir": str(work / "runs"), "output.name": name}
+        for name, o in GRAPH_RUNS.items()
+    ]
+    (work / "plan.json").write_text(json.dumps(plan))
+    (work / "script.py").write_text(SCRIPT)
+    args = [str(work / "script.py"), str(work / "plan.json")]
+    proc = run_mpi(4, args, timeout=300, env=_user_env(work))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return {"dir": work / "runs", "proc": proc}
+
+
+def test_dirichlet_graph_run_completes(graph_runs):
+    proc = graph_runs["proc"]
     assert "Dirichlet(α=0.3)" in proc.stdout
-    summary = json.loads((tmp_path / "dir" / "summary.json").read_text())
+    summary = json.loads((graph_runs["dir"] / "dir" / "summary.json").read_text())
     assert 0.0 <= summary["private_acc"] <= 1.0
 
 
-def test_user_partition_inline_runs_and_a_bad_one_stops_with_one_line(tmp_path):
+def test_user_partition_inline_runs_and_a_bad_one_stops_with_one_line(graph_runs, tmp_path):
+    assert (graph_runs["dir"] / "user" / "summary.json").is_file()
     env = _user_env(tmp_path)
-    good = _graph_run(
-        tmp_path,
-        "user",
-        "data.partition=userpart:round_robin",
-        "data.partition_args={stride: 2}",
-        env=env,
-    )
-    assert good.returncode == 0, good.stderr
-    assert (tmp_path / "user" / "summary.json").is_file()
-    bad = _graph_run(tmp_path, "bad", "data.partition=userpart:overlapping", env=env)
+    # (refused while the data is split, before training: two agents a rank will do)
+    bad = _graph_run(tmp_path, "bad", "data.partition=userpart:overlapping", env=env, ranks=2)
     assert bad.returncode != 0
     lines = [ln for ln in bad.stderr.splitlines() if "overlapping index arrays" in ln]
     assert lines and "config key 'data.partition'" in lines[0], bad.stderr

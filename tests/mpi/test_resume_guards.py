@@ -1,5 +1,12 @@
 """What a resume refuses (another experiment, a length before its checkpoint) and how it
-survives a damaged newest checkpoint; relative paths are explained when they miss."""
+survives a damaged newest checkpoint; relative paths are explained when they miss.
+
+The runs that succeed before the tests look (the reference, the run to extend, a
+requeued job with nothing to do, the extension of a copy) share one 4-rank job
+(``fedsheaf run``'s own entry point, :func:`fedsheaf.cli.main.main`, in a loop: the
+module-scoped fixture); the refused launches and the extension past a damaged
+checkpoint are ``fedsheaf run`` jobs of their own, two at a time.
+"""
 
 from __future__ import annotations
 
@@ -38,24 +45,50 @@ def _together(*jobs):
         return [f.result() for f in futures]
 
 
+#: The fixture's job: each step a ``fedsheaf`` command line, or ("copy", A, B) to copy
+#: the run directory A to B (rank 0, the others waiting).
+SCRIPT = """\
+import json, shutil, sys
+from pathlib import Path
+
+from fedsheaf.cli.main import main
+from fedsheaf.runtime.world import init_world
+
+root, steps = Path(sys.argv[1]), json.loads(sys.argv[2])
+world = init_world()
+for step in steps:
+    if step[0] == "copy":
+        if world.rank == 0:
+            shutil.copytree(root / step[1], root / step[2])
+        world.barrier()
+    elif main(step) != 0:
+        sys.exit("failed: fedsheaf " + " ".join(step))
+"""
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Path:
-    """Two finished runs under one directory, launched together: ``ref`` of 4 epochs
-    (checkpointed every epoch) and ``cut`` of 3 epochs, checkpointed every 2 epochs and
-    after the last. ``short`` is a copy of ``cut`` taken as soon as it finished, which no
-    test changes (test_resume_guards_and_fallback damages and extends ``cut`` itself)."""
+def runs(tmp_path_factory) -> tuple[Path, str]:
+    """One job: ``ref``, a run of 4 epochs (checkpointed every epoch), and ``cut``, a run
+    of 3 epochs checkpointed every 2 epochs and after the last; ``finished``, a copy of
+    ``cut`` as it finished, which no test changes; ``fedsheaf run --resume cut``, a
+    requeued job with nothing to do; ``short``, another copy of ``cut``, trained on to 4
+    epochs (test_a_run_trained_longer_differs_only_in_its_extra_evaluation). The runs'
+    directory and the job's output (test_resume_guards_and_fallback damages and extends
+    ``cut`` itself)."""
     root = tmp_path_factory.mktemp("runs")
     out = f"output.dir={root}"
-    ref, cut = _together(
-        lambda: _run(QUICK, out, "output.name=ref", "train.epochs=4", *COMMON),
-        lambda: _run(
-            QUICK, out, "output.name=cut", "train.epochs=3", *COMMON, "checkpoint.every=2"
-        ),
-    )
-    assert ref.returncode == 0, ref.stderr
-    assert cut.returncode == 0, cut.stderr
-    shutil.copytree(root / "cut", root / "short")
-    return root
+    steps = [
+        ["run", QUICK, out, "output.name=ref", "train.epochs=4", *COMMON],
+        ["run", QUICK, out, "output.name=cut", "train.epochs=3", *COMMON, "checkpoint.every=2"],
+        ["copy", "cut", "finished"],
+        ["copy", "cut", "short"],
+        ["run", "--resume", str(root / "cut")],  # a requeued job: nothing to do, exit 0
+        ["run", "--resume", str(root / "short"), "train.epochs=4"],
+    ]
+    (root / "script.py").write_text(SCRIPT)
+    proc = run_mpi(4, [str(root / "script.py"), str(root), json.dumps(steps)], timeout=400)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return root, proc.stdout
 
 
 def _restricted(record, like):
@@ -85,15 +118,18 @@ def _checked(capsys, *args: str, code: int = 2) -> str:
 def test_resume_guards_and_fallback(runs, capsys, monkeypatch):
     """What a finished run refuses, or has nothing to do for, without being changed; a
     damaged newest checkpoint falls back to the one before, ending as the reference."""
+    runs, said = runs
     quick, out, tmp_path = QUICK, f"output.dir={runs}", runs
     cut = runs / "cut"  # a finished run of 3 epochs, to be trained longer
+    finished = runs / "finished"  # cut as it was before the requeued job ran on it
     # every 2 epochs and after the last, so that it is extended from its end
     assert sorted(p.name for p in (cut / "checkpoints").glob("epoch-*")) == [
         "epoch-0002",
         "epoch-0003",
     ]
-    summary = (cut / "summary.json").read_text()
-    kept = {f: (cut / f).read_bytes() for f in ("summary.json", "config.yaml", "metrics.jsonl")}
+    summary = (finished / "summary.json").read_text()
+    files = ("summary.json", "config.yaml", "metrics.jsonl")
+    kept = {f: (finished / f).read_bytes() for f in files}
     nock = tmp_path / "nock"  # the same finished run without checkpoints: the real job
     shutil.copytree(cut, nock, ignore=shutil.ignore_patterns("checkpoints"))
     # copies whose checkpoints of rank 1 are damaged, or gone: refused extensions
@@ -108,19 +144,15 @@ def test_resume_guards_and_fallback(runs, capsys, monkeypatch):
     manifest = (broken / "checkpoints" / "latest.json").read_bytes()
     # a replacement of cut that fails before training (an empty pilot set)
     pilot = [quick, out, "output.name=cut", "train.epochs=3", *COMMON, "output.overwrite=true"]
-    # the launches that refuse (or have nothing to do) start together, at most two at a
-    # time; the ones on cut itself one after the other
-    (done, pilot_proc), nock_proc = _together(
-        lambda: (
-            _run("--resume", str(cut)),  # a requeued job: nothing to do, exit 0
-            _run(*pilot, "data.pilot_fraction=0.0001"),
-        ),
+    # the launches that refuse start together, two at a time
+    pilot_proc, nock_proc = _together(
+        lambda: _run(*pilot, "data.pilot_fraction=0.0001"),
         lambda: _run("--resume", str(nock), "train.epochs=4"),
     )
-    assert done.returncode == 0, done.stderr
-    assert f"{cut} has already finished its 3 epochs; nothing to do" in done.stdout
-    assert "train.epochs greater than 3" in done.stdout
-    assert (cut / "summary.json").read_text() == summary
+    # the requeued job (the fixture's): nothing to do, exit 0, cut left as it was
+    assert f"{cut} has already finished its 3 epochs; nothing to do" in said
+    assert "train.epochs greater than 3" in said
+    assert {f: (cut / f).read_bytes() for f in kept} == kept
     # refusals before any checkpoint is read: through `fedsheaf check`, the same functions
     line = _checked(capsys, "--resume", str(cut), "seed=6", "train.epochs=4")
     assert "cannot resume" in line and "experiment: seed (5 -> 6). A resumed run" in line
@@ -211,10 +243,9 @@ def test_a_run_trained_longer_differs_only_in_its_extra_evaluation(runs, tmp_pat
     """Evaluated every 2 epochs, a run of 3 (``short``) still evaluates its last epoch;
     trained on to 4 it equals a run of 4 (``ref``) everywhere else. The run of 4, as if
     stopped after its unevaluated epoch 3, cannot be ended there."""
-    short, long = runs / "short", runs / "ref"
-    proc = _run("--resume", str(short), "train.epochs=4")
-    assert proc.returncode == 0, proc.stderr
-    assert f"resuming {short} after epoch 3" in proc.stdout  # from its end
+    runs, said = runs
+    short, long = runs / "short", runs / "ref"  # short: trained on by the fixture's job
+    assert f"resuming {short} after epoch 3" in said  # from its end
     extended, reference = (untimed(read_metrics(d / "metrics.jsonl")) for d in (short, long))
     assert [r["epoch"] for r in extended] == [1, 2, 3, 4]
     assert "private_acc" in extended[2] and "private_acc" not in reference[2]

@@ -5,6 +5,9 @@
 * a user's aggregator given inline as ``module:callable`` (its module on PYTHONPATH, with
   keyword arguments from the config) is what the server calls, once a round;
 * one that returns the wrong shape stops the job with one line naming the key.
+
+Both tests share two launches of 3 ranks (a module fixture; several ``fedsheaf run`` in
+one job), to keep the file fast on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import os
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -20,7 +24,7 @@ import yaml
 
 from fedsheaf.rundir import checkpoint
 from fedsheaf.rundir.files import read_metrics
-from tests.conftest import BackgroundMpi, mpi_env, run_mpi, untimed
+from tests.conftest import mpi_env, run_mpi_batch, untimed
 
 pytestmark = pytest.mark.mpi
 NP, ROUNDS, CUT = 3, 4, 2
@@ -87,48 +91,53 @@ def _env(code: Path) -> dict[str, str]:
     return mpi_env(PYTHONPATH=f"{code}{os.pathsep}{path}" if path else str(code))
 
 
-def test_fedadam_resumes_bitwise_and_a_user_aggregator_runs_inline(tmp_path):
-    cfg = _config(tmp_path)
-    code = _user_module(tmp_path)
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Both tests' runs in two launches of NP ranks (several ``fedsheaf run`` in one job:
+    tests/conftest.py's run_mpi_batch; startup dominates these short runs on 2 cores):
+    FedAdam's reference and its run of CUT rounds, the user's aggregator, an aggregator
+    that does not import; then the FedAdam run resumed, and last (it ends the job) the
+    aggregator of the wrong shape."""
+    tmp_path = tmp_path_factory.mktemp("aggregators")
+    cfg = str(_config(tmp_path))
+    env = _env(_user_module(tmp_path))
     log = tmp_path / "calls.jsonl"
     user = [f"federated.aggregator={USER}:Recorder", f"federated.aggregator_args={{log: {log}}}"]
     runs = tmp_path / "runs"
-    jobs = [
-        BackgroundMpi(NP, ["-m", "fedsheaf", "run", *args], tmp_path / f"job-{i}.log", env=env)
-        for i, (args, env) in enumerate(
-            [
-                ([str(cfg), *ADAM, "output.name=ref", "checkpoint.every=0"], None),
-                (
-                    [
-                        str(cfg),
-                        *ADAM,
-                        "output.name=short",
-                        f"rounds={CUT}",
-                        f"checkpoint.every={CUT}",
-                    ],
-                    None,
-                ),
-                ([str(cfg), "output.name=user", "checkpoint.every=0", *user], _env(code)),
-            ]
-        )
+    found: dict[str, Any] = {"runs": runs, "log": log}
+    first = [
+        [cfg, *ADAM, "output.name=ref", "checkpoint.every=0"],
+        [cfg, *ADAM, "output.name=short", f"rounds={CUT}", f"checkpoint.every={CUT}"],
+        [cfg, "output.name=user", "checkpoint.every=0", *user],
+        [cfg, f"{KEY}=nowhere_pkg:Agg"],
     ]
-    try:
-        for job in jobs:
-            assert job.wait(timeout=300) == 0, job.output()
-    finally:
-        for job in jobs:
-            job.kill()
-    assert "fedsheaf: server aggregator fedadam {eta: 0.05, tau: 0.01}" in jobs[0].output()
+    procs = run_mpi_batch(NP, [["run", *args] for args in first], tmp_path, env=env)
+    *found["first"], found["nowhere"] = procs
+    for proc in found["first"]:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the server's checkpoint after round CUT, before the resume
+    found["state"] = checkpoint.load_rank(checkpoint.latest(runs / "short", NP), 0)
+    second = [
+        ["--resume", str(runs / "short"), f"rounds={ROUNDS}"],
+        [cfg, "output.name=wrong", f"{KEY}={USER}:WrongShape"],
+    ]
+    procs = run_mpi_batch(NP, [["run", *args] for args in second], tmp_path, env=env)
+    found["resumed"], found["wrong"] = procs
+    return found
+
+
+def test_fedadam_resumes_bitwise_and_a_user_aggregator_runs_inline(jobs):
+    runs, log = jobs["runs"], jobs["log"]
+    ref = jobs["first"][0]
+    assert "fedsheaf: server aggregator fedadam {eta: 0.05, tau: 0.01}" in ref.stdout + ref.stderr
 
     # the server's checkpoint after round 2 holds FedAdam's moments (float64, one per value)
-    state = checkpoint.load_rank(checkpoint.latest(runs / "short", NP), 0)
+    state = jobs["state"]
     moments = state["aggregator"]
     assert sorted(moments) == ["m", "v"] and moments["m"].dtype == torch.float64
     assert moments["m"].numel() == state["w"].numel() and bool(moments["m"].abs().sum() > 0)
 
-    proc = run_mpi(
-        NP, ["-m", "fedsheaf", "run", "--resume", str(runs / "short"), f"rounds={ROUNDS}"]
-    )
+    proc = jobs["resumed"]
     assert proc.returncode == 0, proc.stderr
     assert f"resuming {runs / 'short'} after round {CUT}" in proc.stdout
     reference = untimed(read_metrics(runs / "ref" / "metrics.jsonl"))
@@ -148,15 +157,10 @@ def test_fedadam_resumes_bitwise_and_a_user_aggregator_runs_inline(tmp_path):
     assert [r["loss"] for r in mine] != [r["loss"] for r in reference]  # another server step
 
 
-def test_an_aggregator_returning_the_wrong_shape_stops_the_job_in_one_line(tmp_path):
-    cfg = _config(tmp_path)
-    code = _user_module(tmp_path)
-    proc = run_mpi(
-        NP,
-        ["-m", "fedsheaf", "run", str(cfg), "output.name=wrong", f"{KEY}={USER}:WrongShape"],
-        env=_env(code),
-        timeout=240,
-    )
+def test_an_aggregator_returning_the_wrong_shape_stops_the_job_in_one_line(jobs):
+    """One that returns the wrong shape stops the job, one that does not import is
+    refused: each in one line naming the key (or the aggregator), no traceback."""
+    proc = jobs["wrong"]
     assert proc.returncode != 0
     message = (
         f"config key 'federated.aggregator': '{USER}:WrongShape' returned a ndarray of shape "
@@ -164,7 +168,7 @@ def test_an_aggregator_returning_the_wrong_shape_stops_the_job_in_one_line(tmp_p
     )
     assert proc.stderr.count(message) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
-    proc = run_mpi(NP, ["-m", "fedsheaf", "run", str(cfg), f"{KEY}=nowhere_pkg:Agg"])
+    proc = jobs["nowhere"]
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("aggregator 'nowhere_pkg:Agg' does not import") == 1, proc.stderr
     assert "Traceback" not in proc.stderr

@@ -7,7 +7,15 @@ order and every random choice is keyed by (seed, client, round), the two runs
 must produce identical metrics -- which also shows that the same config and
 seed give the same metrics twice. The np=4 run uses dynamic placement (the
 default: the server hands sampled clients to whichever worker asks, their private
-heads follow them); balanced and static placement must give the same metrics.
+heads follow them); balanced and static placement must give the same metrics. Also:
+FedAvg-FT is FedAvg plus a final head round, FedAvg's average is weighted by client
+size, Local trains every client every round and shares nothing, and bad setups get one
+clear message.
+
+A module fixture runs everything in one launch per rank count (np=4: three placements;
+np=2; np=3: fedavg, fedavg_ft, weighted fedavg, local; np=3 again: local's doctored
+resume and a bad setup), several ``fedsheaf run`` in one job, to keep the file fast on
+a 2-core machine; np=1 (refused) is launched alone.
 """
 
 import json
@@ -22,6 +30,7 @@ from fedsheaf.algorithms.federated.protocol import place_clients
 from fedsheaf.config.sections import load_config
 from fedsheaf.rundir import checkpoint
 from fedsheaf.rundir.files import read_metrics
+from tests.conftest import run_mpi_batch, shared_data_root
 
 pytestmark = pytest.mark.mpi
 CLIENTS, ROUNDS, SELECTED = 10, 3, 3
@@ -71,19 +80,79 @@ def _run(mpirun, n, config, *overrides):
     return mpirun(n, ["-m", "fedsheaf", "run", str(config), *overrides], timeout=240)
 
 
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Every run of this file, in one launch per rank count (several ``fedsheaf run`` in
+    one job: tests/conftest.py's run_mpi_batch), since startup dominates these runs on 2
+    cores: np=4 (dynamic, static, balanced placement), np=2, np=3 (fedavg, fedavg_ft, the
+    weighted fedavg, local), then np=3 again (local's resume with a doctored history, and
+    a bad setup). Each test's folder (its config c.yaml, its runs/) and each run's result.
+    """
+    root = shared_data_root()
+    if root is None:
+        pytest.skip("no shared FashionMNIST copy (../shared/data) on this machine")
+    work = tmp_path_factory.mktemp("server_runs")
+    dirs = {}
+    for name, federated in {
+        "rank": {},
+        "ft": {"rounds": 2, "eval_every": 1, "finetune_epochs": 2},
+        "weighted": {"rounds": 2, "train_per_client": None, "weighted": True},
+        "local": {"rounds": 2, "eval_every": 1},
+        "bad": {},
+    }.items():
+        dirs[name] = work / name
+        dirs[name].mkdir()
+        _config(dirs[name], root, **federated)
+    rank = str(dirs["rank"] / "c.yaml")
+    procs: dict = {}
+    np4 = [
+        ["run", rank, "output.name=np4"],
+        ["run", rank, "output.name=static", "federated.placement=static", "train.epochs=7"],
+        ["run", rank, "output.name=balanced", "federated.placement=balanced"],
+    ]
+    procs[4], procs["static"], procs["balanced"] = run_mpi_batch(4, np4, work / "np4")
+    (procs[2],) = run_mpi_batch(2, [["run", rank, "output.name=np2"]], work / "np2")
+    ft, weighted, local = (str(dirs[n] / "c.yaml") for n in ("ft", "weighted", "local"))
+    np3 = [
+        *(["run", ft, f"algorithm={a}", f"output.name={a}"] for a in ("fedavg", "fedavg_ft")),
+        ["run", weighted, "algorithm=fedavg", "output.name=w", "checkpoint.every=1"],
+        ["run", local, "algorithm=local", "output.name=local"],
+    ]
+    procs["fedavg"], procs["fedavg_ft"], procs["w"], procs["local"] = run_mpi_batch(
+        3, np3, work / "np3"
+    )
+    assert procs["local"].returncode == 0, procs["local"].stderr
+    _doctor_local_history(dirs["local"] / "runs" / "local")
+    later = [
+        ["run", "--resume", str(dirs["local"] / "runs" / "local"), "federated.rounds=3"],
+        ["run", str(dirs["bad"] / "c.yaml"), "federated.clients=3"],
+    ]
+    procs["local_resume"], procs["bad"] = run_mpi_batch(3, later, work / "np3-later")
+    return {"dirs": dirs, "procs": procs}
+
+
+def _doctor_local_history(run):
+    """Make the server's checkpoint after round 2 say Local sampled 3 clients in round 1,
+    re-recorded as the run's own (a digest that no longer matched would be a damaged
+    file: tests/mpi/test_checkpoint_digests.py), so that the resume checks the history."""
+    server_file = run / "checkpoints" / "epoch-0002" / "rank-0.pt"
+    state = torch.load(server_file, weights_only=True)
+    state["history"][0]["selected"] = [0, 4, 7]
+    torch.save(state, server_file)
+    manifest_path = server_file.parent.parent / checkpoint.MANIFEST
+    manifest = json.loads(manifest_path.read_text())
+    manifest["files"]["2"]["rank-0.pt"] = checkpoint.file_digest(server_file)
+    manifest_path.write_text(json.dumps(manifest))
+
+
 def _comparable(records):
     drop = {"seconds", "train_seconds", "bytes"}  # bytes: what MPI moved, per worker rank
     return [{k: v for k, v in r.items() if k not in drop} for r in records]
 
 
-def test_fedrep_results_do_not_depend_on_the_rank_count(mpirun, tmp_path, fmnist_root):
-    cfg = _config(tmp_path, fmnist_root)
-    procs: dict = {n: _run(mpirun, n, cfg, f"output.name=np{n}") for n in (2, 4)}
-    for placement in ("static", "balanced"):
-        extra = ["train.epochs=7"] if placement == "static" else []
-        procs[placement] = _run(
-            mpirun, 4, cfg, f"output.name={placement}", f"federated.placement={placement}", *extra
-        )
+def test_fedrep_results_do_not_depend_on_the_rank_count(jobs):
+    tmp_path = jobs["dirs"]["rank"]
+    procs = {k: jobs["procs"][k] for k in (2, 4, "static", "balanced")}
     for proc in procs.values():
         assert proc.returncode == 0, proc.stderr
     out = procs[4].stdout
@@ -167,12 +236,9 @@ def _check_placements_agree(balanced, static):
     assert any(moved)
 
 
-def test_fedavg_ft_is_fedavg_plus_a_final_head_round(mpirun, tmp_path, fmnist_root):
-    cfg = _config(tmp_path, fmnist_root, rounds=2, eval_every=1, finetune_epochs=2)
-    procs = {
-        a: _run(mpirun, 3, cfg, f"algorithm={a}", f"output.name={a}")
-        for a in ("fedavg", "fedavg_ft")
-    }
+def test_fedavg_ft_is_fedavg_plus_a_final_head_round(jobs):
+    tmp_path = jobs["dirs"]["ft"]
+    procs = {a: jobs["procs"][a] for a in ("fedavg", "fedavg_ft")}
     for proc in procs.values():
         assert proc.returncode == 0, proc.stderr
     avg, ft = (read_metrics(tmp_path / "runs" / a / "metrics.jsonl") for a in procs)
@@ -187,13 +253,14 @@ def test_fedavg_ft_is_fedavg_plus_a_final_head_round(mpirun, tmp_path, fmnist_ro
     assert plain["final_acc"] is None and plain["score"] == summary["acc_last"]
 
 
-def test_fedavg_averages_the_uploads_weighted_by_client_size(mpirun, tmp_path, fmnist_root):
+def test_fedavg_averages_the_uploads_weighted_by_client_size(jobs):
     """SPEC §4: the new model is Σ n_c w_c / Σ n_c over the round's clients. The clients'
     updates of round 2 are recomputed here, in one process, from the model the server
     saved after round 1; the model it saved after round 2 must be their weighted mean
     (client sizes differ: each class's images are cut into equal shards)."""
-    cfg = _config(tmp_path, fmnist_root, rounds=2, train_per_client=None, weighted=True)
-    proc = _run(mpirun, 3, cfg, "algorithm=fedavg", "output.name=w", "checkpoint.every=1")
+    tmp_path = jobs["dirs"]["weighted"]
+    cfg = tmp_path / "c.yaml"
+    proc = jobs["procs"]["w"]
     assert proc.returncode == 0, proc.stderr
     run = tmp_path / "runs" / "w"
     w1, w2 = (
@@ -219,9 +286,9 @@ def test_fedavg_averages_the_uploads_weighted_by_client_size(mpirun, tmp_path, f
     assert np.abs(ups.astype(np.float64).mean(0) - expected).max() > 1e-4  # ≠ unweighted
 
 
-def test_local_trains_every_client_every_round_and_shares_nothing(mpirun, tmp_path, fmnist_root):
-    cfg = _config(tmp_path, fmnist_root, rounds=2, eval_every=1)
-    proc = _run(mpirun, 3, cfg, "algorithm=local", "output.name=local")
+def test_local_trains_every_client_every_round_and_shares_nothing(jobs):
+    tmp_path = jobs["dirs"]["local"]
+    proc = jobs["procs"]["local"]
     assert proc.returncode == 0, proc.stderr
     assert f"{CLIENTS} clients per round" in proc.stdout and "static placement" in proc.stdout
     # the tiny config's fraction (0.3) is not Local's: one warning says so
@@ -237,18 +304,9 @@ def test_local_trains_every_client_every_round_and_shares_nothing(mpirun, tmp_pa
     assert summary["shared_params"] == 0 and summary["final_acc"] is None
     peaks = summary["memory"]["peak_rss_bytes"]  # the server's, then each worker's
     assert len(peaks) == 3 and min(peaks) > 50e6 and "peak memory " in proc.stdout
-    # a Local run begun when Local sampled its clients is not continued differently
-    server_file = tmp_path / "runs" / "local" / "checkpoints" / "epoch-0002" / "rank-0.pt"
-    state = torch.load(server_file, weights_only=True)
-    state["history"][0]["selected"] = [0, 4, 7]
-    torch.save(state, server_file)
-    # re-recorded as the run's own (a digest that no longer matched would be a damaged
-    # file: tests/mpi/test_checkpoint_digests.py), so the resume checks the history
-    manifest_path = server_file.parent.parent / checkpoint.MANIFEST
-    manifest = json.loads(manifest_path.read_text())
-    manifest["files"]["2"]["rank-0.pt"] = checkpoint.file_digest(server_file)
-    manifest_path.write_text(json.dumps(manifest))
-    proc = _run(mpirun, 3, "--resume", str(tmp_path / "runs" / "local"), "federated.rounds=3")
+    # a Local run begun when Local sampled its clients is not continued differently (the
+    # fixture made its round-2 checkpoint say round 1 sampled 3: _doctor_local_history)
+    proc = jobs["procs"]["local_resume"]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "round 1 of this run trained 3 clients, but local trains 10 per round" in proc.stderr
 
@@ -260,8 +318,11 @@ def test_local_trains_every_client_every_round_and_shares_nothing(mpirun, tmp_pa
         (3, ["federated.clients=3"], "federated.clients * federated.classes_per_client = 6"),
     ],
 )
-def test_bad_setup_gives_one_clear_message(mpirun, tmp_path, fmnist_root, n, overrides, message):
-    proc = _run(mpirun, n, _config(tmp_path, fmnist_root), *overrides)
+def test_bad_setup_gives_one_clear_message(jobs, mpirun, tmp_path, n, overrides, message):
+    if n == 3:  # run in the fixture's second np=3 launch, in its own folder
+        proc, tmp_path = jobs["procs"]["bad"], jobs["dirs"]["bad"]
+    else:
+        proc = _run(mpirun, n, _config(tmp_path, shared_data_root()), *overrides)
     assert proc.returncode != 0
     assert proc.stderr.count(message) == 1, proc.stderr
     assert "Traceback" not in proc.stderr

@@ -5,15 +5,21 @@ checkpoint of that epoch although none was due, and a resume that continues as i
 had happened.
 
 The signal goes to one rank only: the ranks decide together (an OR over the job).
+
+Launches are few (each costs every rank its imports on a 2-core machine): what follows a
+stop (a refused resume, the resume, the uninterrupted reference run) runs in one job, the
+``fedsheaf run`` command lines one after another in each rank's process (:data:`RUNS`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
 import re
 import signal
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -26,6 +32,40 @@ from tests.conftest import BackgroundMpi, mpi_env, run_mpi, untimed
 from tests.mpi.test_failures import _rank_pids
 
 pytestmark = pytest.mark.mpi
+
+#: ``fedsheaf run`` command lines (argv: a JSON list of them, then a file to watch) one
+#: after another in one job: every rank prints each one's exit status, a refusal all ranks
+#: agreed on (2) included, and the watched file's SHA-256 after it.
+RUNS = """\
+import hashlib, json, sys
+from pathlib import Path
+from fedsheaf.cli.main import main
+
+watched = Path(sys.argv[2])
+for step, argv in enumerate(json.loads(sys.argv[1])):
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # a refusal every rank agreed on
+        code = exc.code
+    digest = hashlib.sha256(watched.read_bytes()).hexdigest()
+    print(f"step {step} exit {code} sha {digest}", flush=True)
+"""
+
+
+def _runs(
+    n: int, argvs: list[list[str]], watched: Path
+) -> tuple[subprocess.CompletedProcess[str], list[tuple[int, str]]]:
+    """``argvs`` (``fedsheaf`` command lines) in one job of ``n`` ranks, one after another;
+    the job, and each command line's exit status (the same on every rank) with the SHA-256
+    of ``watched`` after it."""
+    proc = run_mpi(n, ["-c", RUNS, json.dumps(argvs), str(watched)], timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    steps = []
+    for step in range(len(argvs)):
+        said = re.findall(rf"^step {step} exit (\S+) sha (\S+)$", proc.stdout, re.MULTILINE)
+        assert len(said) == n and len({code for code, _ in said}) == 1, proc.stdout + proc.stderr
+        steps.append((int(said[0][0]), said[0][1]))
+    return proc, steps
 
 
 def _records(run: Path) -> list[dict]:
@@ -52,9 +92,9 @@ def _run_and_stop(
     return done
 
 
-def _refused(proc) -> str:
-    """The one ``fedsheaf: error`` line of a refused launch (exit 2), after its rank."""
-    assert proc.returncode == 2, proc.stdout + proc.stderr
+def _refused(proc: subprocess.CompletedProcess[str]) -> str:
+    """The one ``fedsheaf: error`` line of a job whose first run was refused (exit 2 on
+    every rank, :func:`_runs`), after its rank."""
     said = [ln for ln in proc.stderr.splitlines() if ln.startswith("fedsheaf: error")]
     assert len(said) == 1, proc.stderr
     return said[0].split(": ", 2)[2]
@@ -91,15 +131,14 @@ def test_a_decentralized_run_stops_with_a_checkpoint_and_resumes_as_if_uninterru
     assert json.loads(note.read_text()) == {"run_dir": str(run), "epoch": done}
     assert done >= 2 and len(_records(run)) == done
 
-    longer = done + 3
-    resumed = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), f"train.epochs={longer}"])
-    assert resumed.returncode == 0, resumed.stderr
+    longer = done + 2  # an evaluated epoch after the resume, and the last
+    resume = ["run", "--resume", str(run), f"train.epochs={longer}"]
+    straight = ["run", *common, "output.name=straight", f"train.epochs={longer}"]
+    # the resume, and the uninterrupted run, in one job
+    resumed, steps = _runs(4, [resume, straight], run / "metrics.jsonl")
+    assert [code for code, _ in steps] == [0, 0], resumed.stdout + resumed.stderr
     assert f"resuming {run} after epoch {done}" in resumed.stdout
     assert not (run / STOP_FILE).exists()
-    straight = run_mpi(
-        4, ["-m", "fedsheaf", "run", *common, "output.name=straight", f"train.epochs={longer}"]
-    )
-    assert straight.returncode == 0, straight.stderr
     assert untimed(_records(run)) == untimed(_records(tmp_path / "straight"))
     summary = json.loads((run / "summary.json").read_text())
     assert summary["epoch"] == longer
@@ -109,7 +148,8 @@ def test_without_checkpoints_every_rank_ignores_the_signal_and_one_says_so(tmp_p
     name = f"ignore-{uuid.uuid4().hex[:12]}"
     run = tmp_path / name
     args = ["-m", "fedsheaf", "run", "configs/quickstart.yaml", f"output.dir={tmp_path}"]
-    args += [f"output.name={name}", "train.steps_per_epoch=2", "train.epochs=150"]
+    # (long enough for the signal to come well before the last epoch)
+    args += [f"output.name={name}", "train.steps_per_epoch=2", "train.epochs=40"]
     args += ["checkpoint.every=0", "train.eval_every=1000"]
     job = BackgroundMpi(4, args, tmp_path / "ignored.log")
     try:
@@ -125,7 +165,7 @@ def test_without_checkpoints_every_rank_ignores_the_signal_and_one_says_so(tmp_p
     finally:
         job.kill()
     assert job.output().count("SIGUSR1 ignored: this run writes no checkpoints") == 1
-    assert json.loads((run / "summary.json").read_text())["epoch"] == 150
+    assert json.loads((run / "summary.json").read_text())["epoch"] == 40
     assert not (run / STOP_FILE).exists()
 
 
@@ -188,17 +228,19 @@ def test_a_server_based_run_stops_after_a_round(tmp_path, fmnist_root):
     args = ["-m", "fedsheaf", "run", str(path), f"output.name={name}"]
     done = _run_and_stop(tmp_path, 3, args, name, run, after=1)
     # ending one round later would score round `done`, trained without an evaluation
-    kept = (run / "metrics.jsonl").read_bytes()
-    resume = ["-m", "fedsheaf", "run", "--resume", str(run)]
-    assert _refused(run_mpi(3, [*resume, f"federated.rounds={done + 1}"])) == (
+    kept = hashlib.sha256((run / "metrics.jsonl").read_bytes()).hexdigest()
+    resume = ["run", "--resume", str(run)]
+    # refused, then resumed, in one job (the ranks refused are not left waiting)
+    argvs = [[*resume, f"federated.rounds={n}"] for n in (done + 1, done + 2)]
+    resumed, steps = _runs(3, argvs, run / "metrics.jsonl")
+    assert steps[0] == (2, kept), resumed.stderr  # refused: the metrics as they were
+    assert _refused(resumed) == (
         f"cannot end {run} after round {done + 1}: a run of that length evaluates its "
         f"last 2 rounds (federated.eval_last), and round {done} among them was trained "
         f"without an evaluation (the run was longer then); resume with federated.rounds >= "
         f"{done + 2}"
     )
-    assert (run / "metrics.jsonl").read_bytes() == kept
-    resumed = run_mpi(3, [*resume, f"federated.rounds={done + 2}"])
-    assert resumed.returncode == 0, resumed.stderr
+    assert steps[1][0] == 0, resumed.stderr
     assert f"after round {done}" in resumed.stdout
     assert not (run / STOP_FILE).exists()
     summary = json.loads((run / "summary.json").read_text())
@@ -218,17 +260,18 @@ def test_a_hub_run_stops_with_its_server(tmp_path):
     args += ["train.epochs=400", "checkpoint.every=1000", "train.eval_every=1000"]
     done = _run_and_stop(tmp_path, 4, args, name, run, after=1)
     # ended where it stopped, it would report no accuracy: refused, the server not left waiting
-    kept = (run / "metrics.jsonl").read_bytes()
-    ended = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), f"train.epochs={done}"])
-    assert _refused(ended) == (
+    kept = hashlib.sha256((run / "metrics.jsonl").read_bytes()).hexdigest()
+    resume = ["run", "--resume", str(run)]
+    argvs = [[*resume, f"train.epochs={n}"] for n in (done, done + 1)]  # in one job
+    resumed, steps = _runs(4, argvs, run / "metrics.jsonl")
+    assert steps[0] == (2, kept), resumed.stderr  # refused: the metrics as they were
+    assert _refused(resumed) == (
         f"cannot end {run} at epoch {done}: its checkpoint there was taken "
         f"without an evaluation (epoch {done} was not its last), so its summary would hold "
         f"none; resume with train.epochs greater than {done}"
     )
-    assert (run / "metrics.jsonl").read_bytes() == kept
-    longer = f"train.epochs={done + 1}"
-    resumed = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), longer])
-    assert resumed.returncode == 0, resumed.stderr
+    # the server not left waiting: the resume in the same processes runs
+    assert steps[1][0] == 0, resumed.stderr
     assert json.loads((run / "summary.json").read_text())["epoch"] == done + 1
     assert not (run / STOP_FILE).exists()
 

@@ -1,6 +1,7 @@
 """``output.tensorboard=true`` on real ranks: the events, read back with TensorBoard's own
 reader, hold every epoch (round) once with metrics.jsonl's numbers, across a resume; a job
-without the package is refused before it trains."""
+without the package is refused before it trains. Each run and its resume share one launch
+(tests/conftest.py's run_mpi_batch), to keep the file fast on a 2-core machine."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import yaml
 
 from fedsheaf.rundir.files import read_metrics
-from tests.conftest import run_mpi
+from tests.conftest import run_mpi, run_mpi_batch
 
 pytestmark = pytest.mark.mpi
 
@@ -36,13 +37,15 @@ def test_a_resumed_decentralized_run_has_every_epoch_once(tmp_path):
     run = tmp_path / "board"
     first = ["configs/quickstart.yaml", "train.steps_per_epoch=2", "train.epochs=2"]
     first += [f"output.dir={tmp_path}", "output.name=board", "output.tensorboard=true"]
-    proc = run_mpi(4, ["-m", "fedsheaf", "run", *first], timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert (run / "tb").is_dir()
+    # the run and its resume, one after the other in one launch
+    procs = run_mpi_batch(
+        4, [["run", *first], ["run", "--resume", str(run), "train.epochs=4"]], tmp_path / "job"
+    )
+    for proc in procs:
+        assert proc.returncode == 0, proc.stderr
     # what the evaluation sent is said apart from the training traffic
-    assert " training + " in proc.stdout and " evaluation  private " in proc.stdout
-    proc = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(run), "train.epochs=4"])
-    assert proc.returncode == 0, proc.stderr
+    assert " training + " in procs[0].stdout and " evaluation  private " in procs[0].stdout
+    assert (run / "tb").is_dir()
 
     events, tensors = read_events(run)
     records = read_metrics(run / "metrics.jsonl")
@@ -90,10 +93,10 @@ def test_a_resumed_server_run_has_every_round_once(tmp_path, fmnist_root):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(cfg))
     run = tmp_path / "board"
-    proc = run_mpi(3, ["-m", "fedsheaf", "run", str(config)], timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    proc = run_mpi(3, ["-m", "fedsheaf", "run", "--resume", str(run), "federated.rounds=3"])
-    assert proc.returncode == 0, proc.stderr
+    # the run and its resume, one after the other in one launch
+    runs = [["run", str(config)], ["run", "--resume", str(run), "federated.rounds=3"]]
+    for proc in run_mpi_batch(3, runs, tmp_path / "job"):
+        assert proc.returncode == 0, proc.stderr
 
     events, _ = read_events(run)
     records = read_metrics(run / "metrics.jsonl")

@@ -111,9 +111,12 @@ def test_stop_job_reaches_workers_the_launchers_sigterm_did_not(start):
 
 
 # A supervisor like `fedsheaf sweep --local`: runs the stand-in job with run_job.
+# (A suite started in the background, `run/test.sh &`, hands its processes SIGINT
+# ignored, and Python then keeps it ignored: the supervisor restores Ctrl-C's default.)
 SUPERVISOR = """
-import sys
+import signal, sys
 from fedsheaf.ops.processes import Terminated, raise_on_sigterm, run_job
+signal.signal(signal.SIGINT, signal.default_int_handler)
 raise_on_sigterm()
 try:
     run_job([sys.executable, "-c", sys.argv[1], sys.argv[2], "0"], sys.stdout, {}, grace=1)

@@ -199,3 +199,25 @@ def test_one_rank_user_error_is_raised_not_exited(tmp_path: Path) -> None:
     assert len(caught) == 2 and "launch with mpiexec -n 2 or more" in caught[0], proc.stdout
     assert lines[-1] == "ALIVE"
     assert "Traceback" not in proc.stderr
+
+
+def test_a_run_from_python_lets_go_of_its_run_directory_when_it_ends(tmp_path: Path) -> None:
+    """The run lock (one job per run directory) is held while fedsheaf.run's job runs and
+    let go when it ends, finished or refused: the session goes on, and another process
+    (``fedsheaf check --resume``, a resume) may open the run."""
+    proc = _python(
+        "import fedsheaf\n"
+        "from fedsheaf.rundir import run_lock\n"
+        f"kw = dict(output={{'dir': {str(tmp_path)!r}}})\n"
+        "kw['train'] = {'epochs': 1, 'steps_per_epoch': 1}\n"
+        "s = fedsheaf.run('quickstart', **kw)\n"
+        "print('FINISHED', run_lock.probe(s.run_dir))\n"
+        "try:  # refused once the run directory is claimed: another lambda\n"
+        "    fedsheaf.run('quickstart', checkpoint={'resume': True}, sheaf={'lam': 0.5}, **kw)\n"
+        "except fedsheaf.ConfigError as exc:\n"
+        "    print('REFUSED', run_lock.probe(s.run_dir), exc)\n"
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "FINISHED False" in lines, proc.stdout
+    assert any(ln.startswith("REFUSED False") for ln in lines), proc.stdout
