@@ -13,7 +13,7 @@ from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
 from fedsheaf.config.sections import ExperimentConfig
 from fedsheaf.data.partition import Partition
 from fedsheaf.data.sources import Dataset
-from fedsheaf.graphs import describe_placement, place_agents
+from fedsheaf.graphs import Graph, describe_placement, place_agents
 from fedsheaf.rundir import checkpoint
 from fedsheaf.rundir.files import RunDir
 from fedsheaf.rundir.lifecycle import (
@@ -51,6 +51,34 @@ def describe_devices(devices: Iterable[torch.device]) -> str:
     return f"device {distinct[0]}" if len(distinct) == 1 else f"devices {', '.join(distinct)}"
 
 
+def build_agents(
+    cfg: ExperimentConfig,
+    local: LocalAgents,
+    devices: dict[int, torch.device],
+    graph: Graph,
+    dataset: tuple[Dataset, Partition],
+    steps: int,
+    make: Callable[..., DecentralizedAlgorithm] | None = None,
+) -> list[DecentralizedAlgorithm]:
+    """This rank's algorithms, one per agent of ``local`` on its device (``devices``:
+    :func:`agent_devices`), built by ``make`` (default
+    :func:`~fedsheaf.algorithms.registry.make_algorithm`); the agents on one device share
+    one copy of the pilots. Agents sharing a rank build in turn, as they train: a
+    constructor may exchange (:meth:`LocalAgents.build`)."""
+    ds, part = dataset
+    pilots = {d: experiment.pilot_data(ds, part, d) for d in dict.fromkeys(devices.values())}
+
+    def build_one(i: int, nbr: Any, reporter: Any) -> DecentralizedAlgorithm:
+        device = devices[i]
+        data = experiment.agent_data(ds, part, i, device, pilots[device])
+        # (a plug-in model that fails its check stops every rank, in one line)
+        model = experiment.agent_model(cfg, ds, i, device, graph)
+        agent = Agent(i, cfg, graph, data, model, device, steps)
+        return (make or make_algorithm)(agent, nbr, reporter)
+
+    return local.build(build_one)
+
+
 def run_decentralized(
     cfg: ExperimentConfig,
     world: World,
@@ -84,20 +112,9 @@ def run_decentralized(
     recorder = Recorder(world, None, cfg.train.epochs)
     local = LocalAgents(world.comm, graph, placement, recorder.rank_epoch)
     devices = agent_devices(world, local.ids, cfg.train.agent_gpus)
-    # one copy of the pilots per device for the rank's agents
-    pilots = {d: experiment.pilot_data(ds, part, d) for d in dict.fromkeys(devices.values())}
-
-    def build_one(i: int, nbr: Any, reporter: Any) -> DecentralizedAlgorithm:
-        device = devices[i]
-        data = experiment.agent_data(ds, part, i, device, pilots[device])
-        # (a plug-in model that fails its check stops every rank, in one line)
-        model = experiment.agent_model(cfg, ds, i, device, graph)
-        agent = Agent(i, cfg, graph, data, model, device, steps)
-        return (make or make_algorithm)(agent, nbr, reporter)
 
     def build() -> list[DecentralizedAlgorithm]:
-        # (agents sharing a rank build in turn, as they train: a constructor may exchange)
-        return local.build(build_one)
+        return build_agents(cfg, local, devices, graph, (ds, part), steps, make)
 
     # built before the run directory is touched: what fails here (an empty pilot set)
     # leaves a run that output.overwrite=true would replace as it was
@@ -149,7 +166,8 @@ def run_decentralized(
         recorder.close()
     elapsed = clock.stop()
     local.free()
-    peaks = world.peak_memory(list(pilots))  # (a hub's agents: not its server)
+    # (a hub's agents: not its server)
+    peaks = world.peak_memory(list(dict.fromkeys(devices.values())))
     if not world.is_root or recorder.last is None or peaks is None:
         return None
     assert run_dir is not None  # the root rank's (None on the others)

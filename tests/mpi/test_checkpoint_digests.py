@@ -28,6 +28,7 @@ import yaml
 from fedsheaf.rundir import checkpoint, run_lock
 from fedsheaf.rundir.files import MARKER, read_metrics
 from tests.conftest import MPIEXEC, run_mpi_batch, untimed
+from tests.mpi.test_resume_server import _head_fedavg as resumed_head_fedavg
 
 pytestmark = pytest.mark.mpi
 NP = 2
@@ -109,28 +110,8 @@ def _same_as(run: Path, ref: Path) -> None:
 
 
 def _head_fedavg(tmp: Path) -> Path:
-    cfg = {
-        "name": "digest",
-        "algorithm": "head_fedavg",
-        "seed": 1,
-        "federated": {
-            "clients": 4,
-            "rounds": 4,
-            "fraction": 0.5,
-            "local_epochs": 3,
-            "eval_every": 1,
-        },
-        "train": {"optimizer": "adam", "lr": 0.01, "weight_decay": 0.0, "batch_size": 32},
-        "head": {
-            "data": "diabetes3",
-            "backbone": [8],
-            "features": 4,
-            "rho": 1.0e-3,
-            "align": True,
-            "moment_gamma": 0.5,
-        },
-        "output": {"dir": str(tmp / "runs")},
-    }
+    # (test_resume_server's head-FedAvg run: 4 clients, 4 rounds)
+    cfg = {**resumed_head_fedavg(None), "name": "digest", "output": {"dir": str(tmp / "runs")}}
     (tmp / "head.yaml").write_text(yaml.safe_dump(cfg))
     return tmp / "head.yaml"
 

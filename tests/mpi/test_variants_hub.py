@@ -2,11 +2,11 @@
 
 One launch (4 ranks) runs both through ``fedsheaf.launch.hub.run_hub``, each once
 straight through and once checkpointing after every epoch, killed (as far as its
-files tell) in epoch 2 and resumed: the resumed run must end bitwise equal. The same
-job then trains a copy of the finished FedMuscle run longer (``fedsheaf run --resume``'s
-own entry point, :func:`fedsheaf.cli.main.main`). Two more 4-rank launches check the
-refused resumes of another model, and a short 3-rank one the error for a job without
-the server rank.
+files tell) in epoch 2 and resumed: the resumed run must end bitwise equal. Two more
+4-rank launches check the refused resumes of another model, a third trains a copy of
+the finished FedMuscle run longer (``fedsheaf run --resume``, a launch of its own: its
+"extending" line is checked on the job's output), and a short 3-rank one the error for
+a job without the server rank.
 Run as a script under mpiexec it is the worker.
 """
 
@@ -56,15 +56,6 @@ def worker(workdir: Path) -> None:
         run_hub(load_config(workdir / "hub.yaml", [*cut, "checkpoint.resume=true"]), world)
     if world.rank == 1:
         (workdir / "results.json").write_text(json.dumps(out, default=float))
-    # a finished hub run trained longer (a copy, so that the resumed run stays as it is)
-    if world.rank == 0:
-        shutil.copytree(workdir / "runs" / "fedmuscle-cut", workdir / "runs" / "fedmuscle-ext")
-    world.barrier()
-    from fedsheaf.cli.main import main
-
-    if main(["run", "--resume", str(workdir / "runs" / "fedmuscle-ext"), "train.epochs=4"]):
-        sys.exit("the extension failed")
-    world.barrier()
 
 
 def _write(workdir: Path) -> Path:
@@ -94,7 +85,7 @@ def test_fedproto_and_fedmuscle_with_a_server_rank_and_resume(tmp_path):
     from tests.conftest import run_mpi, untimed
 
     _write(tmp_path)
-    first = proc = run_mpi(4, [str(Path(__file__).resolve()), str(tmp_path)], timeout=300)
+    proc = run_mpi(4, [str(Path(__file__).resolve()), str(tmp_path)], timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads((tmp_path / "results.json").read_text())
     for name in ("fedproto", "fedmuscle"):
@@ -132,12 +123,15 @@ def test_fedproto_and_fedmuscle_with_a_server_rank_and_resume(tmp_path):
     assert "error (rank 1): agent 0: checkpoint does not fit" in proc.stderr  # world rank
     assert "Traceback" not in proc.stderr
     assert checkpoint.latest(fedproto, 4).epoch == EPOCHS  # left as it was
-    # a finished hub run trained longer (in the first job, on a copy of fedmuscle-cut):
+    # a finished hub run trained longer (a launch of its own, on a copy of fedmuscle-cut):
     # the job (server included) continues from its last checkpoint; the summary stays
     # until every rank has read it
     muscle = tmp_path / "runs" / "fedmuscle-ext"
+    shutil.copytree(tmp_path / "runs" / "fedmuscle-cut", muscle)
     before = untimed(read_metrics(tmp_path / "runs" / "fedmuscle-cut" / "metrics.jsonl"))
-    assert f"extending the finished run {muscle} from 3 to 4 epochs" in first.stdout
+    proc = run_mpi(4, ["-m", "fedsheaf", "run", "--resume", str(muscle), "train.epochs=4"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"extending the finished run {muscle} from 3 to 4 epochs" in proc.stdout
     after = untimed(read_metrics(muscle / "metrics.jsonl"))
     assert after[:EPOCHS] == before and [r["epoch"] for r in after] == [1, 2, 3, 4]
     assert json.loads((muscle / "summary.json").read_text())["epoch"] == 4

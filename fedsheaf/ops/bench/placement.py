@@ -1,8 +1,9 @@
 """The placement case: N agents on R ranks (issue 29), run on every rank of one launch.
 
 One launch per rank count R: the agents are placed on the launch's ranks as a run
-places them (:func:`fedsheaf.graphs.place_agents`, ``train.placement``) and trained
-through the run's own path (:class:`fedsheaf.runtime.colocated.LocalAgents`: one agent
+places them (:func:`fedsheaf.graphs.place_agents`, ``train.placement``), built as a run
+builds them (:func:`fedsheaf.launch.decentralized.build_agents`: devices, shared pilots)
+and trained through the run's own path (:class:`fedsheaf.runtime.colocated.LocalAgents`: one agent
 per rank over a graph neighbourhood, or several taking turns on a rank with one
 neighbourhood collective per exchange between ranks). Epoch time is barrier to barrier
 over all ranks after every agent of every rank has finished the epoch (a warm-up epoch
@@ -19,11 +20,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fedsheaf.algorithms import make_algorithm
-from fedsheaf.algorithms.base import Agent, DecentralizedAlgorithm
 from fedsheaf.config.schema import build
 from fedsheaf.config.sections import ExperimentConfig, apply_overrides, read_yaml
 from fedsheaf.graphs import cut_edges, load_graph, place_agents
+from fedsheaf.launch.decentralized import agent_devices, build_agents
 from fedsheaf.ops.bench.formulas import summary
 from fedsheaf.ops.bench.rank_tools import idle_barrier, mps_pipe
 from fedsheaf.runtime import experiment
@@ -57,16 +57,8 @@ def placement(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
     steps = experiment.steps_per_epoch(cfg, part)
     local = LocalAgents(world.comm, graph, blocks, lambda records, sent: None)
 
-    def build_all() -> list[DecentralizedAlgorithm]:
-        algos = []
-        for i, nbr, reporter in zip(local.ids, local.nbrs, local.reporters, strict=True):
-            data = experiment.agent_data(ds, part, i, world.device)
-            model = experiment.agent_model(cfg, ds, i, world.device, graph)
-            agent = Agent(i, cfg, graph, data, model, world.device, steps)
-            algos.append(make_algorithm(agent, nbr, reporter))
-        return algos
-
-    algos = world.agree(build_all)
+    devices = agent_devices(world, local.ids, cfg.train.agent_gpus)
+    algos = world.agree(lambda: build_agents(cfg, local, devices, graph, (ds, part), steps))
     stamps: list[float] = []
 
     def after_epoch(_epoch: int) -> None:  # once per rank, every agent of it done
