@@ -189,6 +189,15 @@ class TrainConfig:
         "more memory, not more speed, as its agents run one at a time); share = all on the "
         "rank's one GPU. The same numbers either way",
     )
+    release_memory: bool = spec(
+        False,
+        doc="graph runs on fewer ranks than agents: when an agent hands the turn to the "
+        "next, hand the memory the rank freed back to the OS (glibc malloc_trim) if its "
+        "resident set grew by over 64 MB since the last time: a lower peak host memory "
+        "(15 Table-2 agents on one rank with sheaf.recompute_pilots: 1.5 -> 1.15 GB) for "
+        "slower steps (about 20% there: the pages are touched again); the same numbers; "
+        "no effect with one agent per rank or off glibc",
+    )
     step_timeout: float | None = spec(
         None,
         lo=0.0,

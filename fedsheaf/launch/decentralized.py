@@ -110,7 +110,7 @@ def run_decentralized(
     # (a hub run's server checks it, and records it: it commits the checkpoints)
     digest = check_data(world, cfg, ds, run_path) if job is world else None
     recorder = Recorder(world, None, cfg.train.epochs)
-    local = LocalAgents(world.comm, graph, placement, recorder.rank_epoch)
+    local = LocalAgents(world.comm, graph, placement, recorder.rank_epoch, cfg.train.release_memory)
     devices = agent_devices(world, local.ids, cfg.train.agent_gpus)
 
     def build() -> list[DecentralizedAlgorithm]:

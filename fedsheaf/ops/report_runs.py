@@ -53,8 +53,8 @@ T = TypeVar("T")
 
 #: Config keys that may differ between the seeds of one setting: they change no number
 #: (where files go, checkpointing, evaluation cadence, exchange overlap, recomputed pilot
-#: forwards, which rank holds which agents or a server's clients), or, for the device,
-#: only as another device's arithmetic and random streams do.
+#: forwards, which rank holds which agents or a server's clients, released memory), or,
+#: for the device, only as another device's arithmetic and random streams do.
 SEED_INDEPENDENT = (
     "seed",
     "name",
@@ -68,6 +68,7 @@ SEED_INDEPENDENT = (
     "sheaf.overlap_exchange",
     "sheaf.recompute_pilots",
     "train.placement",
+    "train.release_memory",
     "federated.placement",
 )
 

@@ -95,6 +95,7 @@ RESUMABLE_KEYS = (
     "train.lr",
     "train.clip",
     "train.placement",
+    "train.release_memory",
     "agents[*].lr",
     "sheaf.overlap_exchange",
     "sheaf.recompute_pilots",

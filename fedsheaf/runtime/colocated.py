@@ -50,10 +50,13 @@ class TurnTaking:
     Thread ``k`` runs while it holds the turn. At :meth:`meet` it leaves its value and
     passes the turn on; the last thread calls ``finish(values)`` (every thread's value, in
     order), then every thread resumes, in order, with its part of the result.
+    ``handover()``, if given, runs each time the turn passes from one thread to another
+    (:class:`~fedsheaf.util.memory.FreedMemoryRelease`: ``train.release_memory``).
     """
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, handover: Callable[[], Any] | None = None) -> None:
         self.n = n
+        self._handover = handover
         self._cond = threading.Condition()
         self._turn = 0
         self._values: list[Any] = [None] * n
@@ -79,8 +82,7 @@ class TurnTaking:
         with self._cond:
             self._values[k] = value
             if k < self.n - 1:
-                self._turn = k + 1
-                self._cond.notify_all()
+                self._pass_turn(k + 1)
                 self._wait_turn(k)
                 return self._results[k]
         results = finish(list(self._values))  # (outside the lock: this may wait on MPI)
@@ -88,11 +90,17 @@ class TurnTaking:
             self._results = list(results)
             self._values = [None] * self.n
             self._met += 1
-            self._turn = 0
-            self._cond.notify_all()
+            self._pass_turn(0)
             if self.n > 1:
                 self._wait_turn(k)
             return self._results[k]
+
+    def _pass_turn(self, k: int) -> None:
+        """Give thread ``k`` the turn (holding the lock; ``k = n`` after the last ends)."""
+        if self._handover is not None and self._turn != k < self.n:
+            self._handover()
+        self._turn = k
+        self._cond.notify_all()
 
     def waiting(self) -> list[int]:
         """The threads that wait at a meeting the last thread has not reached."""
@@ -102,8 +110,7 @@ class TurnTaking:
     def done(self, k: int) -> None:
         """Thread ``k`` ended normally: the next one runs."""
         with self._cond:
-            self._turn = k + 1
-            self._cond.notify_all()
+            self._pass_turn(k + 1)
 
     def fail(self, exc: BaseException) -> None:
         """Thread failed with ``exc``: every other thread ends at its next turn."""
@@ -188,15 +195,22 @@ class AgentGroup:
         The agent graph.
     placement:
         The agents of every rank (:func:`fedsheaf.graphs.place_agents`).
+    handover:
+        What runs each time an agent hands the turn to another (:class:`TurnTaking`).
     """
 
     def __init__(
-        self, comm: MPI.Intracomm, graph: Graph, placement: Sequence[Sequence[int]]
+        self,
+        comm: MPI.Intracomm,
+        graph: Graph,
+        placement: Sequence[Sequence[int]],
+        handover: Callable[[], Any] | None = None,
     ) -> None:
         self.graph, self.rank = graph, comm.Get_rank()
         self.agents = [int(i) for i in placement[self.rank]]
         self.owner = {int(i): r for r, block in enumerate(placement) for i in block}
-        self.turns = TurnTaking(len(self.agents))
+        self._handover = handover
+        self.turns = TurnTaking(len(self.agents), handover)
         self.ports = [AgentPort(self, k, i) for k, i in enumerate(self.agents)]
         mine = set(self.agents)
         # the pairs (i here, j there) of every edge to each other rank, in one order both
@@ -333,7 +347,8 @@ class AgentGroup:
         """Run ``bodies[k]`` (agent k's whole training) in turn-taking threads; re-raise
         the first failure here, in the calling thread, once every thread has ended."""
 
-        self.turns = TurnTaking(len(self.agents))  # (a group runs twice: build, train)
+        # (a group runs twice: build, train)
+        self.turns = TurnTaking(len(self.agents), self._handover)
 
         def main(k: int) -> None:
             try:
@@ -405,6 +420,9 @@ class LocalAgents:
     report:
         What takes this rank's epoch records (a list, in agent order) once all are in,
         with the bytes the rank sent through MPI since its last report.
+    release_memory:
+        Several agents: hand the memory the rank freed back to the OS between their
+        turns (``train.release_memory``; :class:`~fedsheaf.util.memory.FreedMemoryRelease`).
     """
 
     def __init__(
@@ -413,11 +431,13 @@ class LocalAgents:
         graph: Graph,
         placement: Sequence[Sequence[int]],
         report: Callable[[list[Any], int], None],
+        release_memory: bool = False,
     ) -> None:
         rank = comm.Get_rank()
         self.ids = [int(i) for i in placement[rank]]
         self.shared = len(placement) < graph.n
         self.group: AgentGroup | None = None
+        self.release: memory.FreedMemoryRelease | None = None
         self._mpi_reported = 0
 
         def rank_report(records: list[Any]) -> None:
@@ -427,7 +447,9 @@ class LocalAgents:
 
         if self.shared:
             memory.share_malloc_arena()  # (before the agents' threads start)
-            self.group = AgentGroup(comm, graph, placement)
+            if release_memory:
+                self.release = memory.FreedMemoryRelease()
+            self.group = AgentGroup(comm, graph, placement, self.release)
             self.nbrs: list[Any] = list(self.group.ports)
             self.reporters: list[Any] = [
                 _GroupReporter(self.group, k, rank_report) for k in range(len(self.ids))

@@ -92,7 +92,10 @@ def _inputs(work: Path) -> dict[str, tuple[str, dict[str, Any]]]:
         # (with the step watchdog: agents waiting for their turn are no fault)
         "overlap": (quickstart, {"sheaf.overlap_exchange": True, "train.step_timeout": 60}),
         # (no effect at one agent per rank: R = 4 gives standard's numbers)
-        "recompute": (quickstart, {"sheaf.recompute_pilots": True}),
+        "recompute": (
+            quickstart,
+            {"sheaf.recompute_pilots": True, "train.release_memory": True},
+        ),
         "noncoop": (quickstart, {"algorithm": "noncoop"}),
         "comfed": (quickstart, {"algorithm": "comfed"}),
         "fmtl": (quickstart, {"algorithm": "sheaf_fmtl"}),
@@ -117,11 +120,10 @@ def _table2(root: Path) -> tuple[str, dict[str, Any]]:
 
 
 def _recomputed(table2: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
-    """The Table-2 cut with ``sheaf.recompute_pilots`` (named recomputed15)."""
-    return [
-        (config, {**o, "name": "recomputed15", "sheaf.recompute_pilots": True})
-        for config, o in table2
-    ]
+    """The Table-2 cut with ``sheaf.recompute_pilots`` and ``train.release_memory``
+    (named recomputed15)."""
+    lean = {"sheaf.recompute_pilots": True, "train.release_memory": True}
+    return [(config, {**o, "name": "recomputed15", **lean}) for config, o in table2]
 
 
 def _plain(args: list[str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -207,7 +209,8 @@ def _unnamed(obj: Any) -> Any:
 
 def test_recomputing_the_pilot_forward_gives_the_numbers_of_holding_its_graph(runs):
     """sheaf.recompute_pilots: agents sharing a rank encode the pilots again after the
-    exchange (from the forward state they started in) instead of holding the graph."""
+    exchange (from the forward state they started in) instead of holding the graph; with
+    train.release_memory, the rank hands freed memory back between their turns."""
     dirs = runs["dirs"]
     records, summary = _read(_run_dir(dirs[4], "standard"))
     for n in (1, 2, 4):

@@ -225,7 +225,7 @@ def test_the_plan_places_15_and_100_agents_on_several_rank_counts() -> None:
     from fedsheaf.ops.bench.worker import CASES
 
     assert "placement" in CASE_NAMES and "placement" in CASES
-    assert "placement" not in DEFAULT_CASES  # (fedsheaf bench placement: seven launches)
+    assert "placement" not in DEFAULT_CASES  # (fedsheaf bench placement: thirteen launches)
     launches = plan("small", ["placement"], data_root="data")
     assert [(la.label, la.ranks) for la in launches] == [
         ("placement15-r1", 1),
@@ -235,19 +235,24 @@ def test_the_plan_places_15_and_100_agents_on_several_rank_counts() -> None:
         ("placement15-r1-recompute", 1),
         ("placement15-r3-recompute", 3),
         ("placement15-r5-recompute", 5),
+        ("placement15-r1-release", 1),
+        ("placement15-r3-release", 3),
+        ("placement15-r5-release", 5),
         ("placement100-r1", 1),
         ("placement100-r2", 2),
         ("placement100-r4", 4),
     ]
-    assert {la.spec["group"] for la in launches} == {"table2-15", "table2-15-recompute", "er100"}
-    recompute = [la for la in launches if la.label.endswith("-recompute")]
-    assert all(
+    groups = {la.spec["group"] for la in launches}
+    assert groups == {"table2-15", "table2-15-recompute", "table2-15-release", "er100"}
+    lean = [la for la in launches if la.label.endswith(("-recompute", "-release"))]
+    assert len(lean) == 6 and all(
         "sheaf.recompute_pilots=true" in la.spec["overrides"]
+        and ("train.release_memory=true" in la.spec["overrides"]) == la.label.endswith("release")
         and la.spec["reference"] == "table2-15"
-        for la in recompute
+        for la in lean
     )
     assert all(la.cases == ["placement"] and "none" in la.mpi_flags for la in launches)
-    assert [la.ranks for la in plan("full", ["placement"])][7:] == [1, 2, 4, 8, 16]
+    assert [la.ranks for la in plan("full", ["placement"])][10:] == [1, 2, 4, 8, 16]
     # the launches' configs: 15 Table-2 agents; 100 copies of one small agent on er100
     table2 = placement_config(dict(launches[0].spec, label="x"))
     assert len(table2.agents) == 15 and table2.train.steps_per_epoch == 4

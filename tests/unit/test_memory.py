@@ -111,3 +111,58 @@ def test_threads_share_one_malloc_arena_unless_the_user_chose() -> None:
         # what the freed blocks leave resident: at most one block in one arena (measured
         # 0-70 MB), more in arenas of their own (measured 150-300 MB: some may share)
         assert shared < 120e6 and apart > 140e6, (shared, apart)
+
+
+FRAGMENT = (
+    "import numpy as np\n"
+    "from fedsheaf.util import memory\n"
+    "def fragment():  # 128 MB in 64 kB pieces, one in eight kept: holes glibc keeps\n"
+    "    blocks = [np.ones(1 << 13) for _ in range(2048)]\n"
+    "    return blocks[::8]\n"
+)
+
+
+def _child(script: str) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", FRAGMENT + script], capture_output=True, text=True, check=True
+    )
+    return out.stdout.split()
+
+
+def test_releasing_freed_memory_hands_the_heap_holes_back_to_the_os() -> None:
+    """release_freed_memory (train.release_memory): the pages of freed blocks that a kept
+    block pins inside the heap stay resident until malloc_trim hands them back (in a
+    child process: the heap is process-wide)."""
+    if not sys.platform.startswith("linux"):
+        assert memory.release_freed_memory() is False
+        return
+    kept_holes, released = map(
+        int,
+        _child(
+            "before = memory.resident_bytes()\n"
+            "kept = fragment()\n"
+            "holes = memory.resident_bytes() - before\n"
+            "memory.release_freed_memory()\n"
+            "print(holes, holes - (memory.resident_bytes() - before))\n"
+        ),
+    )
+    assert kept_holes > 100e6, kept_holes  # (7/8 of 128 MB freed, still resident)
+    assert released > 80e6, (kept_holes, released)
+
+
+def test_freed_memory_is_released_only_after_the_resident_set_grew_by_the_slack() -> None:
+    """FreedMemoryRelease: the first call sets the baseline; later calls release only
+    once the resident set grew by more than ``slack`` since the last release."""
+    if not sys.platform.startswith("linux"):
+        return
+    got = _child(
+        "release = memory.FreedMemoryRelease(slack=32 << 20)\n"
+        "calls = [release(), release()]  # the baseline, then no growth\n"
+        "before = memory.resident_bytes()\n"
+        "kept = fragment()\n"
+        "calls.append(release())  # grown by about 128 MB: released\n"
+        "after = memory.resident_bytes()\n"
+        "calls.append(release())  # nothing grew since\n"
+        "print(*calls, release.releases, before - after > -48e6)\n"
+    )
+    assert got == ["False", "False", "True", "False", "1", "True"], got

@@ -55,7 +55,9 @@ def placement(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
     blocks = place_agents(graph, world.size, cfg.train.placement)
     ds, part = world.agree(lambda: experiment.load_and_partition(cfg))
     steps = experiment.steps_per_epoch(cfg, part)
-    local = LocalAgents(world.comm, graph, blocks, lambda records, sent: None)
+    local = LocalAgents(
+        world.comm, graph, blocks, lambda records, sent: None, cfg.train.release_memory
+    )
 
     devices = agent_devices(world, local.ids, cfg.train.agent_gpus)
     algos = world.agree(lambda: build_agents(cfg, local, devices, graph, (ds, part), steps))

@@ -95,9 +95,11 @@ def pilot_batch_methods(ks: Sequence[int]) -> dict[str, list[str]]:
 
 def placement_launches(size: str, img: list[str], reps: int) -> list[Launch]:
     """The placement case: one launch per rank count R, the 15 Table-2 agents (group
-    ``table2-15``; and with ``sheaf.recompute_pilots`` below R = N, group
-    ``table2-15-recompute``) and the 100 small agents of :data:`PLACEMENT_GRAPH` (group ``er100``);
-    Sheaf-FRL, a few timed epochs each (at the small size: 4 steps, a 3-epoch median)."""
+    ``table2-15``; below R = N also with ``sheaf.recompute_pilots``, group
+    ``table2-15-recompute``, and with ``train.release_memory`` too, group
+    ``table2-15-release``) and the 100 small agents of :data:`PLACEMENT_GRAPH` (group
+    ``er100``); Sheaf-FRL, a few timed epochs each (at the small size: 4 steps, a 3-epoch
+    median)."""
     small = size == "small"
     short = ["train.steps_per_epoch=4", "data.limit=6000"] if small else []
     hundred = ["train.steps_per_epoch=4", "data.limit=20000"] if small else []
@@ -106,15 +108,20 @@ def placement_launches(size: str, img: list[str], reps: int) -> list[Launch]:
     for r in PLACEMENT_RANKS_15:
         spec = {"config": "configs/mnist15.yaml", "overrides": [*img, *short], "repeats": repeats}
         out.append(Launch(f"placement15-r{r}", r, ["placement"], dict(spec, group="table2-15")))
-    for r in PLACEMENT_RANKS_15[:-1]:  # (R = N: the same run, one agent per rank)
-        spec = {
-            "config": "configs/mnist15.yaml",
-            "overrides": [*img, *short, "sheaf.recompute_pilots=true"],
-            "repeats": repeats,
-            "group": "table2-15-recompute",
-            "reference": "table2-15",
-        }
-        out.append(Launch(f"placement15-r{r}-recompute", r, ["placement"], spec))
+    lean = {
+        "recompute": ["sheaf.recompute_pilots=true"],
+        "release": ["sheaf.recompute_pilots=true", "train.release_memory=true"],
+    }
+    for name, options in lean.items():
+        for r in PLACEMENT_RANKS_15[:-1]:  # (R = N: the same run, one agent per rank)
+            spec = {
+                "config": "configs/mnist15.yaml",
+                "overrides": [*img, *short, *options],
+                "repeats": repeats,
+                "group": f"table2-15-{name}",
+                "reference": "table2-15",
+            }
+            out.append(Launch(f"placement15-r{r}-{name}", r, ["placement"], spec))
     for r in PLACEMENT_RANKS_100[size]:
         spec = {
             "config": "configs/quickstart.yaml",
