@@ -84,6 +84,8 @@ class DataConfig:
 
 #: The built-in agent model, the one that ``agents[i].encoder`` and ``head`` describe.
 CNN_MODEL = "cnn"
+#: The built-in cnn's head dropout unless ``agents[i].dropout`` says otherwise.
+CNN_DROPOUT = 0.1
 
 
 @dataclass(kw_only=True)
@@ -98,7 +100,11 @@ class AgentConfig:
     )
     classes: list[int] = spec(lo=0, doc="target classes C_i")
     dropout: float = spec(
-        0.1, lo=0.0, hi=0.95, doc="model cnn: dropout after each hidden layer of the head"
+        CNN_DROPOUT,
+        lo=0.0,
+        hi=0.95,
+        doc="model cnn: dropout after each hidden layer of the head (another model takes "
+        "its own in model_args)",
     )
     lr: float | None = spec(
         None, lo=0.0, lo_open=True, doc="this agent's learning rate; default train.lr"
@@ -153,6 +159,12 @@ class AgentConfig:
                         f"config key '{prefix}.{key}': {prefix}.encoder/head describe the "
                         f"built-in cnn only; give your model's arguments in {prefix}.model_args"
                     )
+            if self.dropout != CNN_DROPOUT:
+                raise ConfigError(
+                    f"config key '{prefix}.dropout' is the built-in cnn's; {prefix}.model "
+                    f"'{self.model}' ignores it: give your model its dropout in "
+                    f"{prefix}.model_args"
+                )
         if not self.classes:
             raise ConfigError(f"config key '{prefix}.classes' needs at least one class")
 

@@ -133,6 +133,9 @@ def test_the_config_keeps_encoder_and_head_for_the_cnn():
         build(ExperimentConfig, agents(encoder=[4], head=[], model_args={"d": 3}))
     with pytest.raises(ConfigError, match=r"describe the built-in cnn only; give your model"):
         build(ExperimentConfig, agents(model="m:f", encoder=[4]))
+    # (a plug-in takes its own dropout, if any, in model_args: this one would be ignored)
+    with pytest.raises(ConfigError, match=r"'agents\[0\].dropout' is the built-in cnn's; "):
+        build(ExperimentConfig, agents(model="m:f", dropout=0.3))
     cfg = build(ExperimentConfig, agents(model="m:f", model_args={"d": 3}))
     assert cfg.agents[0].dim is None and cfg.agents[0].encoder is None
 
