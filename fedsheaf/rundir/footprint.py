@@ -65,9 +65,12 @@ class Footprint:
     data: int
     window: int = 0
     rank: str = ""
-    #: the part of ``activations`` a training step holds (a rank's agents hold theirs
-    #: side by side across an exchange; evaluation runs one agent at a time)
+    #: the part of ``activations`` a training step holds (evaluation runs one agent of a
+    #: rank at a time)
     step: int = 0
+    #: the part of ``step`` an agent still holds while the other agents of its rank take
+    #: their turns (:func:`held_across_meetings`)
+    held: int = 0
 
     @property
     def total(self) -> int:
@@ -178,14 +181,28 @@ def agent_footprint(
     own = [v for v in vars(data).values() if isinstance(v, torch.Tensor)]
     held = _nbytes([ds.pixels, ds.y, *own])
     copies = (batch + pilots) * sample_bytes  # the step's gathered batch and pilots
+    step = step_activations(per_sample, batch + pilots, 1)
     return Footprint(
         model=model_bytes(model, cfg.train),
         activations=acts,
         data=held + copies,
         window=window_bytes(cfg, graph, agent, pilots, steps),
         rank=f"agent {agent}",
-        step=step_activations(per_sample, batch + pilots, 1),
+        step=step,
+        held=held_across_meetings(cfg, step, step_activations(per_sample, pilots, 1)),
     )
+
+
+def held_across_meetings(cfg: ExperimentConfig, step: int, pilot_graph: int) -> int:
+    """What of a training step's activations (``step``) an agent sharing a rank keeps
+    while the rank's other agents take their turns: Sheaf-FRL back-propagates the
+    private batch before it meets them and keeps only its pilot forward's graph
+    (``pilot_graph``), or none with ``sheaf.recompute_pilots``; with
+    ``sheaf.fused_pilots`` (one graph) and for the other methods, the whole step (an
+    upper bound)."""
+    if cfg.algorithm != "sheaf_frl" or cfg.sheaf.fused_pilots:
+        return step
+    return 0 if cfg.sheaf.recompute_pilots else pilot_graph
 
 
 class _EncodeDecode(nn.Module):
@@ -239,8 +256,9 @@ def placed_footprint(
     ``each``: every agent's :func:`agent_footprint` by id; ``shared``: the bytes of the
     stored data set in each (:func:`stored_bytes`). A rank holds torch and the stored
     data set once, and its agents' models, own data and pilot windows side by side; its
-    agents take turns, but each keeps its training step's activations across an
-    exchange, so those add up too, while an evaluation chunk's are one agent's at a time.
+    agents take turns, so one agent's whole step meets what the others hold across
+    their meetings (:func:`held_across_meetings`), while an evaluation chunk's
+    activations are one agent's at a time.
     """
     ranks = []
     for r, agents in enumerate(placement):
@@ -251,7 +269,10 @@ def placed_footprint(
         ranks.append(
             Footprint(
                 model=sum(f.model for f in fps),
-                activations=max(max(f.activations for f in fps), sum(f.step for f in fps)),
+                activations=max(
+                    max(f.activations for f in fps),
+                    sum(f.held for f in fps) + max(f.step - f.held for f in fps),
+                ),
                 data=shared + sum(f.data - shared for f in fps),
                 window=sum(f.window for f in fps),
                 rank=f"rank {r} ({len(fps)} agents)",

@@ -298,6 +298,30 @@ def test_it_describes_the_placement_of_agents_on_fewer_ranks(capsys, out_dir):
     assert code == 0, err
     assert "no graph edge between ranks: nothing crosses MPI" in out
     assert "the job will ask for: 1 task (4 agents each, 4 in all), " in out
+    # what the agents hold while they meet: their pilot graphs, none when recomputed,
+    # their whole steps with one graph for batch and pilots
+    estimates = {"": _estimate(out, "rank 0 (4 agents)")}
+    for option in ("recompute_pilots", "fused_pilots"):
+        args = ("-n", "1", QUICK, f"output.dir={out_dir}", f"sheaf.{option}=true")
+        code, out, err = check(capsys, *args)
+        assert code == 0, err
+        estimates[option] = _estimate(out, "rank 0 (4 agents)")
+    assert estimates["recompute_pilots"] < estimates[""] < estimates["fused_pilots"], estimates
+
+
+def test_a_shared_rank_s_estimate_adds_one_whole_step_to_what_the_others_hold():
+    """placed_footprint: agents take turns, so the rank's step activations are one
+    agent's whole step plus what each other agent holds across the meetings."""
+    from fedsheaf.rundir.footprint import Footprint, placed_footprint
+
+    def agent(step: int, held: int, evaluation: int = 0) -> Footprint:
+        return Footprint(model=1, activations=max(step, evaluation), data=10, step=step, held=held)
+
+    rank = placed_footprint([agent(100, 30), agent(50, 20), agent(80, 0)], [[0, 1, 2]], 4)
+    assert rank.activations == 30 + 20 + 0 + max(100 - 30, 50 - 20, 80 - 0)
+    assert (rank.model, rank.data, rank.rank) == (3, 4 + 3 * 6, "rank 0 (3 agents)")
+    # an evaluation chunk, one agent at a time, may need more than any step
+    assert placed_footprint([agent(10, 10, 500), agent(10, 10)], [[0, 1]], 0).activations == 500
 
 
 def _estimate(out: str, rank: str) -> float:
