@@ -57,7 +57,10 @@ class TurnTaking:
     def __init__(self, n: int, handover: Callable[[], Any] | None = None) -> None:
         self.n = n
         self._handover = handover
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        # one condition per thread, so that passing the turn wakes only the thread that
+        # takes it (waking all n at each of n handovers cost 100 agents most of a step)
+        self._woken = [threading.Condition(self._lock) for _ in range(n)]
         self._turn = 0
         self._values: list[Any] = [None] * n
         self._results: list[Any] = [None] * n
@@ -65,13 +68,13 @@ class TurnTaking:
         self.failure: BaseException | None = None
 
     def _wait_turn(self, k: int) -> None:
-        self._cond.wait_for(lambda: self.failure is not None or self._turn == k)
+        self._woken[k].wait_for(lambda: self.failure is not None or self._turn == k)
         if self.failure is not None:
             raise Abandoned
 
     def start(self, k: int) -> None:
         """Block thread ``k`` until its first turn."""
-        with self._cond:
+        with self._lock:
             self._wait_turn(k)
 
     def meet(self, k: int, value: Any, finish: Callable[[list[Any]], list[Any]]) -> Any:
@@ -79,14 +82,14 @@ class TurnTaking:
         # An agent that reaches a meeting has made progress (the step watchdog): a rank
         # of many agents works through all their phases between two of its steps' ends.
         heartbeat.beat()
-        with self._cond:
+        with self._lock:
             self._values[k] = value
             if k < self.n - 1:
                 self._pass_turn(k + 1)
                 self._wait_turn(k)
                 return self._results[k]
         results = finish(list(self._values))  # (outside the lock: this may wait on MPI)
-        with self._cond:
+        with self._lock:
             self._results = list(results)
             self._values = [None] * self.n
             self._met += 1
@@ -100,24 +103,26 @@ class TurnTaking:
         if self._handover is not None and self._turn != k < self.n:
             self._handover()
         self._turn = k
-        self._cond.notify_all()
+        if k < self.n:
+            self._woken[k].notify()
 
     def waiting(self) -> list[int]:
         """The threads that wait at a meeting the last thread has not reached."""
-        with self._cond:
+        with self._lock:
             return [k for k, v in enumerate(self._values) if v is not None]
 
     def done(self, k: int) -> None:
         """Thread ``k`` ended normally: the next one runs."""
-        with self._cond:
+        with self._lock:
             self._pass_turn(k + 1)
 
     def fail(self, exc: BaseException) -> None:
         """Thread failed with ``exc``: every other thread ends at its next turn."""
-        with self._cond:
+        with self._lock:
             if self.failure is None:
                 self.failure = exc
-            self._cond.notify_all()
+            for woken in self._woken:
+                woken.notify()
 
 
 @dataclass
