@@ -442,7 +442,6 @@ class LocalAgents:
         self.ids = [int(i) for i in placement[rank]]
         self.shared = len(placement) < graph.n
         self.group: AgentGroup | None = None
-        self.release: memory.FreedMemoryRelease | None = None
         self._mpi_reported = 0
 
         def rank_report(records: list[Any]) -> None:
@@ -452,9 +451,8 @@ class LocalAgents:
 
         if self.shared:
             memory.share_malloc_arena()  # (before the agents' threads start)
-            if release_memory:
-                self.release = memory.FreedMemoryRelease()
-            self.group = AgentGroup(comm, graph, placement, self.release)
+            release = memory.FreedMemoryRelease() if release_memory else None
+            self.group = AgentGroup(comm, graph, placement, release)
             self.nbrs: list[Any] = list(self.group.ports)
             self.reporters: list[Any] = [
                 _GroupReporter(self.group, k, rank_report) for k in range(len(self.ids))

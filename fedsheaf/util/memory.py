@@ -13,6 +13,7 @@ rank, with the largest and the sum (:func:`per_rank`).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import resource
 import sys
@@ -46,15 +47,15 @@ def file_rss_bytes() -> int | None:
     return None
 
 
-def peak_memory(devices: torch.device | list[torch.device]) -> dict[str, int]:
+def peak_memory(devices: list[torch.device]) -> dict[str, int]:
     """This rank's memory so far: ``{"rss": peak, "file": mapped files now}`` (``file``
     on Linux only), plus ``"cuda"`` (peak allocated; with several GPUs, the most on one)
-    when ``devices`` (the rank's, or the one) are GPUs."""
+    when the rank's ``devices`` are GPUs."""
     out = {"rss": peak_rss_bytes()}
     files = file_rss_bytes()
     if files is not None:
         out["file"] = files
-    gpus = [d for d in (devices if isinstance(devices, list) else [devices]) if d.type == "cuda"]
+    gpus = [d for d in devices if d.type == "cuda"]
     if gpus:
         out["cuda"] = max(int(torch.cuda.max_memory_allocated(d)) for d in gpus)
     return out
@@ -62,6 +63,19 @@ def peak_memory(devices: torch.device | list[torch.device]) -> dict[str, int]:
 
 #: glibc's mallopt parameter for the most malloc arenas (``M_ARENA_MAX``)
 _M_ARENA_MAX = -8
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library this process runs on, where it is glibc's (None elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+    except OSError:
+        return None
+    # (musl has neither)
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
 
 
 def share_malloc_arena() -> bool:
@@ -73,13 +87,10 @@ def share_malloc_arena() -> bool:
     own peak of activations, where one arena lets the next agent reuse them. Returns
     whether the setting was made (False off glibc, or when the user chose).
     """
-    if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
+    libc = _libc()
+    if "MALLOC_ARENA_MAX" in os.environ or libc is None:
         return False
-    try:
-        libc = ctypes.CDLL(None)
-        return bool(libc.mallopt(_M_ARENA_MAX, 1))
-    except (OSError, AttributeError):  # (a libc without mallopt: musl)
-        return False
+    return bool(libc.mallopt(_M_ARENA_MAX, 1))
 
 
 def resident_bytes() -> int | None:
@@ -94,12 +105,8 @@ def release_freed_memory() -> bool:
     """Hand the memory this process freed but malloc still holds back to the OS (glibc's
     ``malloc_trim(0)``: the free pages inside the heap too, not only at its top). Returns
     whether any was released (False off glibc)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return bool(ctypes.CDLL(None).malloc_trim(0))
-    except (OSError, AttributeError):  # (a libc without malloc_trim: musl)
-        return False
+    libc = _libc()
+    return libc is not None and bool(libc.malloc_trim(0))
 
 
 class FreedMemoryRelease:
@@ -123,10 +130,12 @@ class FreedMemoryRelease:
 
     def __call__(self) -> bool:
         now = resident_bytes()
-        if now is None or (self._after is not None and now <= self._after + self.slack):
+        if now is None:
             return False
         if self._after is None:  # (the first call sets the baseline)
             self._after = now
+            return False
+        if now <= self._after + self.slack:
             return False
         release_freed_memory()
         self.releases += 1

@@ -30,7 +30,7 @@ def test_the_peak_resident_set_grows_with_what_the_process_holds() -> None:
 
 
 def test_a_cpu_rank_records_its_peak_and_its_library_files() -> None:
-    peak = memory.peak_memory(torch.device("cpu"))
+    peak = memory.peak_memory([torch.device("cpu")])
     assert set(peak) == {"rss", "file"}  # (Linux)
     # torch's shared libraries are mapped: hundreds of MB, within the peak
     assert 50e6 < peak["file"] < peak["rss"] <= memory.peak_rss_bytes()

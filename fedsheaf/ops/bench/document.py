@@ -174,8 +174,7 @@ def placement_groups(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         if r:
             groups.setdefault(r["group"], []).append(dict(r, memory=memory.get(r["label"], {})))
     # a group that only changes what several agents on a rank do (sheaf.recompute_pilots,
-    # train.release_memory)
-    # takes its R = N launch from the group it names as its reference
+    # train.release_memory) takes its R = N launch from the group it names as its reference
     for rs in groups.values():
         ref = rs[0].get("reference")
         have = {r["ranks"] for r in rs}

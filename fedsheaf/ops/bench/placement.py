@@ -3,8 +3,8 @@
 One launch per rank count R: the agents are placed on the launch's ranks as a run
 places them (:func:`fedsheaf.graphs.place_agents`, ``train.placement``), built as a run
 builds them (:func:`fedsheaf.launch.decentralized.build_agents`: devices, shared pilots)
-and trained through the run's own path (:class:`fedsheaf.runtime.colocated.LocalAgents`: one agent
-per rank over a graph neighbourhood, or several taking turns on a rank with one
+and trained through the run's own path (:class:`fedsheaf.runtime.colocated.LocalAgents`:
+one agent per rank over a graph neighbourhood, or several taking turns on a rank with one
 neighbourhood collective per exchange between ranks). Epoch time is barrier to barrier
 over all ranks after every agent of every rank has finished the epoch (a warm-up epoch
 first, the last epoch, which evaluates, left out); memory is every rank's peak resident
