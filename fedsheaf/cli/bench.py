@@ -38,6 +38,7 @@ from fedsheaf.ops.bench.plan import (
     plan,
 )
 from fedsheaf.ops.processes import raise_on_sigterm
+from fedsheaf.util import memory
 from fedsheaf.util.errors import ConfigError
 from fedsheaf.util.hostinfo import (
     find_mpiexec,
@@ -81,7 +82,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         metavar="CASE",
         help=f"cases to run: {', '.join(CASE_NAMES)} (default: all but placement, N agents "
-        "on R ranks, which runs seven launches of its own)",
+        "on R ranks, which runs thirteen launches of its own, twenty where gperftools' "
+        "tcmalloc is installed)",
     )
     parser.add_argument(
         "--size", default="small", choices=SIZES, help="problem sizes (default: %(default)s)"
@@ -187,6 +189,12 @@ def run(args: argparse.Namespace) -> int:
             "torchvision root with --data-root (without --dataset the decentralized cases "
             "fall back to the bundled digits)"
         )
+    tcmalloc = memory.find_tcmalloc() if "placement" in cases else None
+    if "placement" in cases and tcmalloc is None:
+        notes.append(
+            "gperftools' tcmalloc is not installed (Debian/Ubuntu: libtcmalloc-minimal4): "
+            "the placement case's table2-15-tcmalloc launches are left out"
+        )
     launches = plan(
         args.size,
         cases,
@@ -197,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         image_data=images,
         fedrep_data=fedrep,
+        tcmalloc=tcmalloc,
     )
     launches = select(launches, args.only)
     for la in launches:

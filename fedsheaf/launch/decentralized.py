@@ -139,9 +139,11 @@ def run_decentralized(
             recorder.board = Board(run_dir.path, "epoch", first_epoch + 1, recorder.history)
     world.barrier()  # an earlier launch's failed.json is gone before any rank may write one
     follow_run_dir(run_path)
+    malloc = memory.malloc_library()
+    shared = f" (malloc {malloc})" if len(placement) < graph.n else ""
     world.log(
         f"fedsheaf: {describe_graph_run(cfg, graph, ds, steps)}, "
-        f"{describe_placement(graph, placement, cfg.train.placement)}, "
+        f"{describe_placement(graph, placement, cfg.train.placement)}{shared}, "
         f"{describe_devices(devices.values())}, "
         f"{count(world.threads, 'thread')} per rank, seed {cfg.seed}"
     )
@@ -185,6 +187,7 @@ def run_decentralized(
         memory=peaks,
         ranks=world.size,
         agents_per_rank=[len(block) for block in placement],
+        malloc=malloc,
     )
     if all("mpi_bytes_sent" in r for r in recorder.history):  # (not for runs from before it)
         summary["mpi_bytes_total"] = sum(r["mpi_bytes_sent"] for r in recorder.history)

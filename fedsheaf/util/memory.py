@@ -13,19 +13,27 @@ rank, with the largest and the sum (:func:`per_rank`).
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import functools
 import os
 import resource
 import sys
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from fedsheaf.util.units import human_bytes
 
+if TYPE_CHECKING:
+    import torch
+
 STATUS = Path("/proc/self/status")
 STATM = Path("/proc/self/statm")
+MAPS = Path("/proc/self/maps")
+
+#: the malloc libraries :func:`malloc_library` names, by the file name they load from
+MALLOC_LIBRARIES = {"libtcmalloc": "tcmalloc", "libjemalloc": "jemalloc", "libmimalloc": "mimalloc"}
+#: gperftools' tcmalloc, the minimal build first (what ``LD_PRELOAD`` takes)
+TCMALLOC_NAMES = ("tcmalloc_minimal", "tcmalloc")
 
 
 def peak_rss_bytes() -> int:
@@ -57,6 +65,8 @@ def peak_memory(devices: list[torch.device]) -> dict[str, int]:
         out["file"] = files
     gpus = [d for d in devices if d.type == "cuda"]
     if gpus:
+        import torch  # (only here: reading this module's other tools needs no torch)
+
         out["cuda"] = max(int(torch.cuda.max_memory_allocated(d)) for d in gpus)
     return out
 
@@ -78,6 +88,31 @@ def _libc() -> ctypes.CDLL | None:
     return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
 
 
+def malloc_library() -> str:
+    """The malloc this process allocates with: ``tcmalloc``, ``jemalloc`` or ``mimalloc``
+    when one is loaded (``LD_PRELOAD``), else ``glibc`` where the C library is glibc's,
+    else ``unknown``."""
+    try:
+        maps = MAPS.read_text()
+    except OSError:
+        maps = ""
+    for prefix, name in MALLOC_LIBRARIES.items():
+        if f"/{prefix}" in maps:
+            return name
+    return "glibc" if _libc() is not None else "unknown"
+
+
+def find_tcmalloc() -> str | None:
+    """The file name of gperftools' tcmalloc as the dynamic loader finds it (e.g.
+    ``libtcmalloc_minimal.so.4``: what ``LD_PRELOAD`` takes), None where it is not
+    installed (Debian/Ubuntu: ``libtcmalloc-minimal4``)."""
+    for name in TCMALLOC_NAMES:
+        found = ctypes.util.find_library(name)
+        if found:
+            return found
+    return None
+
+
 def share_malloc_arena() -> bool:
     """Make the threads this process starts from now on allocate from one glibc malloc
     arena (``mallopt(M_ARENA_MAX, 1)``), unless ``MALLOC_ARENA_MAX`` is set.
@@ -85,10 +120,11 @@ def share_malloc_arena() -> bool:
     By default glibc gives each thread its own arena, which keeps the memory the thread
     freed: agents sharing a rank (one thread each, taking turns) would each keep their
     own peak of activations, where one arena lets the next agent reuse them. Returns
-    whether the setting was made (False off glibc, or when the user chose).
+    whether the setting was made (False off glibc, under a preloaded malloc, or when the
+    user chose).
     """
     libc = _libc()
-    if "MALLOC_ARENA_MAX" in os.environ or libc is None:
+    if "MALLOC_ARENA_MAX" in os.environ or libc is None or malloc_library() != "glibc":
         return False
     return bool(libc.mallopt(_M_ARENA_MAX, 1))
 
@@ -102,11 +138,18 @@ def resident_bytes() -> int | None:
 
 
 def release_freed_memory() -> bool:
-    """Hand the memory this process freed but malloc still holds back to the OS (glibc's
-    ``malloc_trim(0)``: the free pages inside the heap too, not only at its top). Returns
-    whether any was released (False off glibc)."""
+    """Hand the memory this process freed but malloc still holds back to the OS: glibc's
+    ``malloc_trim(0)`` (the free pages inside the heap too, not only at its top), or
+    tcmalloc's ``MallocExtension_ReleaseFreeMemory`` where tcmalloc is preloaded. Returns
+    whether a release ran and, for glibc, gave memory back (False elsewhere)."""
     libc = _libc()
-    return libc is not None and bool(libc.malloc_trim(0))
+    if libc is None:
+        return False
+    tcmalloc_release = getattr(libc, "MallocExtension_ReleaseFreeMemory", None)
+    if tcmalloc_release is not None:  # (preloaded: its symbols come first)
+        tcmalloc_release()
+        return True
+    return bool(libc.malloc_trim(0))
 
 
 class FreedMemoryRelease:

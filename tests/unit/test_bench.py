@@ -264,6 +264,44 @@ def test_the_plan_places_15_and_100_agents_on_several_rank_counts() -> None:
     assert (small.train.epochs, small.train.eval_every) == (epochs, epochs)
 
 
+def test_with_tcmalloc_the_15_agents_run_again_with_it_preloaded() -> None:
+    """Where tcmalloc is installed, ``fedsheaf bench placement`` adds the 15 agents with
+    it as every rank's malloc: at every R (the allocator changes R = N too), and below
+    R = N with recompute_pilots against that R = N; the worker refuses to time a launch
+    whose preload did not take."""
+    from fedsheaf.ops.bench.placement import check_malloc
+
+    plain = plan("small", ["placement"], data_root="data")
+    launches = plan("small", ["placement"], data_root="data", tcmalloc="libtcmalloc_x.so.4")
+    extra = launches[len(plain) - 3 : -3]  # (between the Table-2 groups and er100)
+    assert [la.label for la in launches[: len(plain) - 3]] == [la.label for la in plain[:-3]]
+    assert [(la.label, la.ranks) for la in extra] == [
+        ("placement15-r1-tcmalloc", 1),
+        ("placement15-r3-tcmalloc", 3),
+        ("placement15-r5-tcmalloc", 5),
+        ("placement15-r15-tcmalloc", 15),
+        ("placement15-r1-tcmalloc-recompute", 1),
+        ("placement15-r3-tcmalloc-recompute", 3),
+        ("placement15-r5-tcmalloc-recompute", 5),
+    ]
+    assert all(
+        la.env == {"LD_PRELOAD": "libtcmalloc_x.so.4"} and la.spec["malloc"] == "tcmalloc"
+        for la in extra
+    )
+    assert {la.spec["group"] for la in extra} == {
+        "table2-15-tcmalloc",
+        "table2-15-tcmalloc-recompute",
+    }
+    for la in extra:
+        recompute = la.label.endswith("recompute")
+        assert ("sheaf.recompute_pilots=true" in la.spec["overrides"]) == recompute
+        assert la.spec.get("reference") == ("table2-15-tcmalloc" if recompute else None)
+    assert all("LD_PRELOAD" not in la.env for la in plain)
+    with pytest.raises(ConfigError, match="placement15-r3-tcmalloc needs tcmalloc as malloc"):
+        check_malloc(extra[1].worker_spec("cpu"))
+    check_malloc(plain[1].worker_spec("cpu"))  # (no malloc asked for)
+
+
 def _placement_result(ranks: int, median: float, agents: int = 15) -> dict:
     return {
         "label": f"placement{agents}-r{ranks}",

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from fedsheaf.util import memory
@@ -122,9 +123,13 @@ FRAGMENT = (
 )
 
 
-def _child(script: str) -> list[str]:
+def _child(script: str, **env: str) -> list[str]:
     out = subprocess.run(
-        [sys.executable, "-c", FRAGMENT + script], capture_output=True, text=True, check=True
+        [sys.executable, "-c", FRAGMENT + script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **env},
     )
     return out.stdout.split()
 
@@ -148,6 +153,32 @@ def test_releasing_freed_memory_hands_the_heap_holes_back_to_the_os() -> None:
     )
     assert kept_holes > 100e6, kept_holes  # (7/8 of 128 MB freed, still resident)
     assert released > 80e6, (kept_holes, released)
+
+
+def test_the_malloc_in_use_is_named_and_a_preloaded_tcmalloc_releases_its_free_memory() -> None:
+    """malloc_library names glibc's malloc, or a preloaded one (``LD_PRELOAD``, checked
+    in child processes); under tcmalloc, the arena setting is left alone (it has no
+    arenas) and release_freed_memory hands the freed pages back through tcmalloc's own
+    call, as malloc_trim does for glibc. The tcmalloc half needs gperftools' tcmalloc
+    installed (Debian/Ubuntu: libtcmalloc-minimal4)."""
+    if not sys.platform.startswith("linux"):
+        assert memory.malloc_library() == "unknown" and memory.release_freed_memory() is False
+        return
+    script = (
+        "print(memory.malloc_library(), memory.share_malloc_arena())\n"
+        "before = memory.resident_bytes()\n"
+        "kept = fragment()\n"
+        "holes = memory.resident_bytes() - before\n"
+        "print(memory.release_freed_memory(), holes, memory.resident_bytes() - before)\n"
+    )
+    assert _child(script)[:3] == ["glibc", "True", "True"]
+    tcmalloc = memory.find_tcmalloc()
+    if tcmalloc is None:
+        pytest.skip("gperftools' tcmalloc is not installed here")
+    assert "tcmalloc" in tcmalloc
+    name, arena, released, holes, left = _child(script, LD_PRELOAD=tcmalloc)
+    assert (name, arena, released) == ("tcmalloc", "False", "True")
+    assert int(holes) > 100e6 and int(holes) - int(left) > 80e6, (holes, left)
 
 
 def test_freed_memory_is_released_only_after_the_resident_set_grew_by_the_slack() -> None:

@@ -567,7 +567,9 @@ def _placement_md(doc: dict[str, Any]) -> list[str]:
             f"**{group}** ({first['config']} {' '.join(first['overrides'])}): "
             f"{first['agents']} agents, {first['edges']} edges, {first['algorithm']}, "
             f"{first['steps_per_epoch']} steps/epoch, {first['placement']} placement, "
-            f"device {first.get('device', 'cpu')}" + _gpu_sharing(first),
+            f"device {first.get('device', 'cpu')}"
+            + (f", malloc {first['malloc']}" if first.get("malloc") else "")
+            + _gpu_sharing(first),
             "",
         ]
         out += _table(

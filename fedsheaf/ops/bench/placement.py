@@ -17,6 +17,7 @@ memory summed over ranks against R = N's, epoch time against the best of R = 1 a
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -29,6 +30,8 @@ from fedsheaf.ops.bench.rank_tools import idle_barrier, mps_pipe
 from fedsheaf.runtime import experiment
 from fedsheaf.runtime.colocated import LocalAgents
 from fedsheaf.runtime.world import World
+from fedsheaf.util import memory
+from fedsheaf.util.errors import ConfigError
 
 
 def placement_config(spec: dict[str, Any]) -> ExperimentConfig:
@@ -47,9 +50,23 @@ def placement_config(spec: dict[str, Any]) -> ExperimentConfig:
     return build(ExperimentConfig, raw)
 
 
+def check_malloc(spec: dict[str, Any]) -> str:
+    """The malloc this rank runs on; a :class:`ConfigError` where the launch asks for
+    another (``malloc``: a preload the loader did not find leaves glibc's, and the
+    launch would time the wrong allocator)."""
+    wanted, malloc = spec.get("malloc"), memory.malloc_library()
+    if wanted and malloc != wanted:
+        raise ConfigError(
+            f"launch {spec['label']} needs {wanted} as malloc, found {malloc} "
+            f"(LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r})"
+        )
+    return malloc
+
+
 def placement(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
     """Train the launch's agents placed on its ranks; rank 0 returns the epoch times,
     the placement and the bytes that crossed MPI (the launch record has the memory)."""
+    malloc = check_malloc(spec)
     cfg = world.agree(lambda: placement_config(spec))
     graph = world.agree(lambda: experiment.build_graph(cfg, world.size))
     blocks = place_agents(graph, world.size, cfg.train.placement)
@@ -93,6 +110,7 @@ def placement(world: World, spec: dict[str, Any]) -> dict[str, Any] | None:
         "steps_per_epoch": steps,
         "threads_per_rank": world.threads,
         "device": world.device.type,
+        "malloc": malloc,
         "mps": mps_pipe() if world.device.type == "cuda" else None,
         "epoch_seconds": timed,
         "all_epoch_seconds": epochs,

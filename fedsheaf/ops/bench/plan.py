@@ -93,13 +93,21 @@ def pilot_batch_methods(ks: Sequence[int]) -> dict[str, list[str]]:
     return {f"{K_METHOD}{k}": ["algorithm=sheaf_frl", f"sheaf.pilot_batch={k}"] for k in ks}
 
 
-def placement_launches(size: str, img: list[str], reps: int) -> list[Launch]:
+def placement_launches(
+    size: str, img: list[str], reps: int, tcmalloc: str | None = None
+) -> list[Launch]:
     """The placement case: one launch per rank count R, the 15 Table-2 agents (group
     ``table2-15``; below R = N also with ``sheaf.recompute_pilots``, group
     ``table2-15-recompute``, and with ``train.release_memory`` too, group
     ``table2-15-release``) and the 100 small agents of :data:`PLACEMENT_GRAPH` (group
     ``er100``); Sheaf-FRL, a few timed epochs each (at the small size: 4 steps, a 3-epoch
-    median)."""
+    median).
+
+    With ``tcmalloc`` (the library's name for ``LD_PRELOAD``), the 15 agents again with
+    tcmalloc as every rank's malloc, at every R (group ``table2-15-tcmalloc``: the
+    allocator changes R = N too) and below R = N with ``sheaf.recompute_pilots`` (group
+    ``table2-15-tcmalloc-recompute``).
+    """
     small = size == "small"
     short = ["train.steps_per_epoch=4", "data.limit=6000"] if small else []
     hundred = ["train.steps_per_epoch=4", "data.limit=20000"] if small else []
@@ -122,6 +130,24 @@ def placement_launches(size: str, img: list[str], reps: int) -> list[Launch]:
                 "reference": "table2-15",
             }
             out.append(Launch(f"placement15-r{r}-{name}", r, ["placement"], spec))
+    if tcmalloc:
+        preload = {"LD_PRELOAD": tcmalloc}
+        for name, options, ranks in (
+            ("tcmalloc", [], PLACEMENT_RANKS_15),
+            ("tcmalloc-recompute", lean["recompute"], PLACEMENT_RANKS_15[:-1]),
+        ):
+            for r in ranks:
+                spec = {
+                    "config": "configs/mnist15.yaml",
+                    "overrides": [*img, *short, *options],
+                    "repeats": repeats,
+                    "group": f"table2-15-{name}",
+                    "malloc": "tcmalloc",  # (the worker checks that the preload took)
+                }
+                if options:
+                    spec["reference"] = "table2-15-tcmalloc"
+                label = f"placement15-r{r}-{name}"
+                out.append(Launch(label, r, ["placement"], spec, env=dict(preload)))
     for r in PLACEMENT_RANKS_100[size]:
         spec = {
             "config": "configs/quickstart.yaml",
@@ -158,12 +184,14 @@ def plan(
     repeats: int | None = None,
     image_data: bool = True,
     fedrep_data: bool | None = None,
+    tcmalloc: str | None = None,
 ) -> list[Launch]:
     """The launches that run ``cases`` at ``size``.
 
     ``image_data`` False (no 28×28 data set on this machine) moves every decentralized
     case to the bundled digits. ``fedrep_data`` False (no FashionMNIST, which the FedRep
     case always uses) drops the FedRep case; None means the same as ``image_data``.
+    ``tcmalloc``: the placement case's tcmalloc launches preload it (none without).
     """
     if size not in SIZES:
         raise ConfigError(f"bench size must be one of {', '.join(SIZES)}, got {size!r}")
@@ -316,7 +344,7 @@ def plan(
                 )
             )
 
-    launches += placement_launches(size, img, reps)
+    launches += placement_launches(size, img, reps, tcmalloc)
 
     chosen = []
     for launch in launches:

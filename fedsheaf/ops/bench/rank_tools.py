@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fedsheaf.algorithms.base import Arrived
+from fedsheaf.util import memory
 from fedsheaf.util.hostinfo import usable_cpus
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ def environment(world: World) -> dict[str, Any]:
         "ranks": world.size,
         "ranks_on_node": world.local_size,
         "torch_threads": torch.get_num_threads(),
+        "malloc": memory.malloc_library(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "device": str(device),
         "torch": torch.__version__,
