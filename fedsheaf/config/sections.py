@@ -204,11 +204,12 @@ class TrainConfig:
     release_memory: bool = spec(
         False,
         doc="graph runs on fewer ranks than agents: when an agent hands the turn to the "
-        "next, hand the memory the rank freed back to the OS (glibc malloc_trim) if its "
-        "resident set grew by over 64 MB since the last time: a lower peak host memory "
-        "(15 Table-2 agents on one rank with sheaf.recompute_pilots: 1.5 -> 1.15 GB) for "
-        "slower steps (about 20% there: the pages are touched again); the same numbers; "
-        "no effect with one agent per rank or off glibc",
+        "next, hand the memory the rank freed back to the OS (glibc's malloc_trim, or "
+        "tcmalloc's release where it is preloaded) if its resident set grew by over 64 MB "
+        "since the last time: a lower peak host memory (15 Table-2 agents on one rank with "
+        "sheaf.recompute_pilots: 1.5 -> 1.15 GB) for slower steps (about 20% there: the "
+        "pages are touched again); the same numbers; no effect with one agent per rank or "
+        "under another malloc",
     )
     step_timeout: float | None = spec(
         None,
