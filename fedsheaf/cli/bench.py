@@ -189,12 +189,14 @@ def run(args: argparse.Namespace) -> int:
             "torchvision root with --data-root (without --dataset the decentralized cases "
             "fall back to the bundled digits)"
         )
-    tcmalloc = memory.find_tcmalloc() if "placement" in cases else None
-    if "placement" in cases and tcmalloc is None:
-        notes.append(
-            "gperftools' tcmalloc is not installed (Debian/Ubuntu: libtcmalloc-minimal4): "
-            "the placement case's table2-15-tcmalloc launches are left out"
-        )
+    tcmalloc = None
+    if "placement" in cases:
+        tcmalloc = memory.find_tcmalloc()
+        if tcmalloc is None:
+            notes.append(
+                "gperftools' tcmalloc is not installed (Debian/Ubuntu: libtcmalloc-minimal4): "
+                "the placement case's table2-15-tcmalloc launches are left out"
+            )
     launches = plan(
         args.size,
         cases,

@@ -140,7 +140,7 @@ def run_decentralized(
     world.barrier()  # an earlier launch's failed.json is gone before any rank may write one
     follow_run_dir(run_path)
     malloc = memory.malloc_library()
-    shared = f" (malloc {malloc})" if len(placement) < graph.n else ""
+    shared = f" (malloc {malloc})" if local.shared else ""
     world.log(
         f"fedsheaf: {describe_graph_run(cfg, graph, ds, steps)}, "
         f"{describe_placement(graph, placement, cfg.train.placement)}{shared}, "

@@ -88,10 +88,11 @@ def _libc() -> ctypes.CDLL | None:
     return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
 
 
+@functools.cache
 def malloc_library() -> str:
-    """The malloc this process allocates with: ``tcmalloc``, ``jemalloc`` or ``mimalloc``
-    when one is loaded (``LD_PRELOAD``), else ``glibc`` where the C library is glibc's,
-    else ``unknown``."""
+    """The malloc this process allocates with (fixed when it starts): ``tcmalloc``,
+    ``jemalloc`` or ``mimalloc`` when one is loaded (``LD_PRELOAD``), else ``glibc``
+    where the C library is glibc's, else ``unknown``."""
     try:
         maps = MAPS.read_text()
     except OSError:
@@ -145,9 +146,8 @@ def release_freed_memory() -> bool:
     libc = _libc()
     if libc is None:
         return False
-    tcmalloc_release = getattr(libc, "MallocExtension_ReleaseFreeMemory", None)
-    if tcmalloc_release is not None:  # (preloaded: its symbols come first)
-        tcmalloc_release()
+    if malloc_library() == "tcmalloc":  # (preloaded: its symbols come first)
+        libc.MallocExtension_ReleaseFreeMemory()
         return True
     return bool(libc.malloc_trim(0))
 

@@ -113,41 +113,34 @@ def placement_launches(
     hundred = ["train.steps_per_epoch=4", "data.limit=20000"] if small else []
     repeats = min(reps, 3) if small else reps
     out = []
-    for r in PLACEMENT_RANKS_15:
-        spec = {"config": "configs/mnist15.yaml", "overrides": [*img, *short], "repeats": repeats}
-        out.append(Launch(f"placement15-r{r}", r, ["placement"], dict(spec, group="table2-15")))
-    lean = {
-        "recompute": ["sheaf.recompute_pilots=true"],
-        "release": ["sheaf.recompute_pilots=true", "train.release_memory=true"],
-    }
-    for name, options in lean.items():
-        for r in PLACEMENT_RANKS_15[:-1]:  # (R = N: the same run, one agent per rank)
-            spec = {
+    recompute = ["sheaf.recompute_pilots=true"]
+    below = PLACEMENT_RANKS_15[:-1]  # (R = N: the reference's run, one agent per rank)
+    # the Table-2 groups: (label and group suffix, overrides, R, reference group, malloc)
+    groups: list[tuple[str, list[str], Sequence[int], str | None, str | None]] = [
+        ("", [], PLACEMENT_RANKS_15, None, None),
+        ("-recompute", recompute, below, "table2-15", None),
+        ("-release", [*recompute, "train.release_memory=true"], below, "table2-15", None),
+    ]
+    if tcmalloc:
+        groups += [
+            ("-tcmalloc", [], PLACEMENT_RANKS_15, None, "tcmalloc"),
+            ("-tcmalloc-recompute", recompute, below, "table2-15-tcmalloc", "tcmalloc"),
+        ]
+    for suffix, options, ranks, reference, malloc in groups:
+        for r in ranks:
+            spec: dict[str, Any] = {
                 "config": "configs/mnist15.yaml",
                 "overrides": [*img, *short, *options],
                 "repeats": repeats,
-                "group": f"table2-15-{name}",
-                "reference": "table2-15",
+                "group": f"table2-15{suffix}",
             }
-            out.append(Launch(f"placement15-r{r}-{name}", r, ["placement"], spec))
-    if tcmalloc:
-        preload = {"LD_PRELOAD": tcmalloc}
-        for name, options, ranks in (
-            ("tcmalloc", [], PLACEMENT_RANKS_15),
-            ("tcmalloc-recompute", lean["recompute"], PLACEMENT_RANKS_15[:-1]),
-        ):
-            for r in ranks:
-                spec = {
-                    "config": "configs/mnist15.yaml",
-                    "overrides": [*img, *short, *options],
-                    "repeats": repeats,
-                    "group": f"table2-15-{name}",
-                    "malloc": "tcmalloc",  # (the worker checks that the preload took)
-                }
-                if options:
-                    spec["reference"] = "table2-15-tcmalloc"
-                label = f"placement15-r{r}-{name}"
-                out.append(Launch(label, r, ["placement"], spec, env=dict(preload)))
+            if reference:
+                spec["reference"] = reference
+            env = {}
+            if malloc:
+                spec["malloc"] = malloc  # (the worker checks that the preload took)
+                env["LD_PRELOAD"] = str(tcmalloc)
+            out.append(Launch(f"placement15-r{r}{suffix}", r, ["placement"], spec, env=env))
     for r in PLACEMENT_RANKS_100[size]:
         spec = {
             "config": "configs/quickstart.yaml",
