@@ -93,8 +93,20 @@ if [ ! -e "$stamp" ] || ! "$venv/bin/python" -c "import fedsheaf, torch, torchvi
   # pip's notes about this machine's local package mirrors are noise: keep real errors only
   "$venv/bin/python" -m pip install --quiet -e ".[$extras]" 2>&1 \
     | grep -v -e "^WARNING: Location" -e "BuildBackendWarning" -e "^  " -e "^$" >&2 || true
-  "$venv/bin/python" -c "import fedsheaf, torch, torchvision, mpi4py" \
-    || { echo "fedsheaf: installation into $venv failed (see pip output above)" >&2; exit 1; }
+  if ! said=$("$venv/bin/python" -c "import fedsheaf, torch, torchvision, mpi4py" 2>&1); then
+    printf '%s\n' "$said" | tail -n 1 >&2  # (the exception, not its traceback)
+    echo "fedsheaf: installation into $venv failed (see pip output above)" >&2
+    # the commonest cause: a full disk (torch's CUDA build and its libraries take about
+    # 6 GB in the venv, after pip has unpacked them in its temporary folder)
+    for dir in "$venv" "${TMPDIR:-/tmp}"; do
+      kb=$(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 {print $4}') || kb=""
+      [ -n "$kb" ] && echo "fedsheaf: $(awk -v kb="$kb" 'BEGIN {printf "%.1f", kb / 1048576}')" \
+        "GB free on the disk of $dir" >&2
+    done
+    echo "fedsheaf: torch's CUDA build needs about 6 GB there; a CPU-only torch, about 1 GB:" \
+      "set FEDSHEAF_TORCH_INDEX (docs/clusters.md)" >&2
+    exit 1
+  fi
   touch "$stamp"
   printf '%s\n' "$extras" >"$remembered"
 fi

@@ -2,7 +2,9 @@
 # Local launcher: run/mpirun.sh N COMMAND... runs COMMAND on N MPI ranks with the
 # flags a laptop or CI box needs: --oversubscribe and one torch thread per rank
 # when N exceeds the physical cores (Open MPI's slots: hardware threads do not
-# count), and Open MPI's run-as-root permission when root.
+# count), Open MPI's run-as-root permission when root, and Open MPI's transports
+# without libfabric's (OMPI_MCA_btl=^ofi unless set: it probes for network hardware,
+# 1 s a rank, that ranks of one machine do not use; fedsheaf.util.hostinfo.LOCAL_BTL).
 #   run/mpirun.sh 4 fedsheaf run configs/quickstart.yaml seed=3
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -31,4 +33,5 @@ fi
 if [ "$(id -u)" = 0 ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
+export OMPI_MCA_btl=${OMPI_MCA_btl-^ofi}
 exec "$mpiexec" ${flags[@]+"${flags[@]}"} -n "$n" "$@"

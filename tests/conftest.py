@@ -14,7 +14,7 @@ import pytest
 from hypothesis import settings
 
 from fedsheaf.ops.processes import kill_session
-from fedsheaf.util.hostinfo import failed_to_start, find_mpiexec
+from fedsheaf.util.hostinfo import LOCAL_BTL, failed_to_start, find_mpiexec
 
 # Property tests explore random examples on a developer's machine; under CI they replay a
 # fixed set, so that a landing never depends on the examples drawn that day, with no
@@ -22,6 +22,10 @@ from fedsheaf.util.hostinfo import failed_to_start, find_mpiexec
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+# The suite's ranks share this machine: Open MPI without libfabric's transport, as the
+# local launchers start it (fedsheaf.util.hostinfo.LOCAL_BTL: 1 s less a process).
+os.environ.setdefault("OMPI_MCA_btl", LOCAL_BTL)
 
 REPO = Path(__file__).resolve().parents[1]
 #: The mpiexec `fedsheaf sweep`/`bench` would start (FEDSHEAF_MPIEXEC, beside this Python,

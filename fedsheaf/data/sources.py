@@ -18,7 +18,9 @@ ships with scikit-learn and needs no files at all.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import importlib.util
 import math
 import pickle
 from dataclasses import dataclass, replace
@@ -178,6 +180,27 @@ def expected_files(name: str, root: str | Path, split: str = "train") -> list[Pa
     ]
 
 
+def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits: images ``(1797, 8, 8)`` on their 0–16 scale and labels.
+
+    Read from the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``: 64
+    pixels and the label a row), as its ``load_digits`` reads it, without importing
+    scikit-learn: that import costs a process about 1 s and 0.1 GB, most of a small
+    run's start. Through ``load_digits`` where the file is not found there.
+    """
+    spec = importlib.util.find_spec("sklearn")  # (finds the package, imports nothing)
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            with gzip.open(path, "rt", encoding="utf-8") as rows:
+                table = np.loadtxt(rows, delimiter=",")
+            return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(np.int64)
+    from sklearn import datasets as sklearn_datasets
+
+    bunch = sklearn_datasets.load_digits()
+    return bunch.images, bunch.target
+
+
 def load_digits(root: str, split: str, download: bool) -> Dataset:
     """scikit-learn's bundled 8×8 digits (``root`` and ``download`` unused). One split
     only: ``train`` is all 1,797 images and ``test`` raises :class:`DataError` (carve
@@ -187,11 +210,9 @@ def load_digits(root: str, split: str, download: bool) -> Dataset:
             "dataset 'digits' has a single split: use split='train' (all 1,797 images) "
             "and hold out validation/test samples with a partition"
         )
-    from sklearn import datasets as sklearn_datasets
-
-    bunch = sklearn_datasets.load_digits()
-    pixels = torch.from_numpy(np.asarray(bunch.images, dtype=np.float32)).unsqueeze(1)
-    y = torch.from_numpy(np.asarray(bunch.target, dtype=np.int64))
+    images, labels = _digits_arrays()
+    pixels = torch.from_numpy(np.asarray(images, dtype=np.float32)).unsqueeze(1)
+    y = torch.from_numpy(np.asarray(labels, dtype=np.int64))
     info = _INFO["digits"]
     return Dataset("digits", pixels, y, info.n_classes, 16.0, info.mean, info.std)
 

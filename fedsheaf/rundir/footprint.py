@@ -7,8 +7,10 @@ data set once (:func:`placed_footprint`). The estimate adds, for the rank that n
 
 * **torch and the libraries** (:data:`TORCH_BASELINE`, a measured constant): ``import
   torch`` (0.72 GB on the CPU build, 0.43 GB of it library files), the first optimizer
-  step (0.16 GB: it imports ``torch._dynamo``), mpi4py and scikit-learn (0.1 GB),
-  measured with ``getrusage`` (``results/bench/README.md``, "Memory");
+  step (0.16 GB: it imports ``torch._dynamo``), mpi4py and scikit-learn (0.1 GB;
+  scikit-learn's 0.07 GB only where a data set imports it, as ``head.data=diabetes3``
+  does: the digits are read from its file without it), measured with ``getrusage``
+  (``results/bench/README.md``, "Memory");
 * **model**: parameters, their gradients and the optimizer's state (momentum: one more
   copy, Adam: two), float32, counted on a model built on the ``meta`` device (no
   memory), plus its buffers;

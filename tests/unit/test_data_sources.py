@@ -1,6 +1,8 @@
 """Loading real data from disk: sklearn digits, IDX files written here, shared FashionMNIST."""
 
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +49,28 @@ def test_digits_is_real_and_normalised():
     assert torch.equal(ds.take(slice(0, 100)), ds.x[:100]) and torch.equal(ds.pixels, held)
     with pytest.raises(DataError, match="single split"):
         load_dataset("digits", ".", split="test")
+
+
+def test_digits_are_scikit_learns_read_without_importing_it():
+    """The file scikit-learn ships, read as its load_digits reads it (same values, same
+    order), in a process that never imports scikit-learn (about 1 s of a small run's start)."""
+    from sklearn.datasets import load_digits
+
+    images, labels = sources._digits_arrays()
+    want = load_digits()
+    assert images.dtype == want.images.dtype and np.array_equal(images, want.images)
+    assert labels.dtype == np.int64 and np.array_equal(labels, want.target)
+    probe = (
+        "import sys\n"
+        "from fedsheaf.data.datasets_registry import load_dataset\n"
+        "assert load_dataset('digits', '.').x.shape == (1797, 1, 8, 8)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sklearn', 'scipy')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
 
 
 def test_mnist_from_written_idx_files(tmp_path):

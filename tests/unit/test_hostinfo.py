@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from fedsheaf.util.hostinfo import (
+    LOCAL_BTL,
     failed_to_start,
     gpus_of_rank,
     launch_flags,
@@ -71,6 +72,29 @@ def test_oversubscribe_only_beyond_the_cores(monkeypatch):
     assert launch_flags(10_000)[1]["FEDSHEAF_THREADS"] == "3"
     root = hasattr(os, "geteuid") and os.geteuid() == 0
     assert ("OMPI_ALLOW_RUN_AS_ROOT" in env) == root
+
+
+def test_a_local_launch_leaves_libfabric_out_unless_told(monkeypatch, tmp_path):
+    """Open MPI's transports on one machine: all but libfabric's (its start costs each
+    process about 1 s); an OMPI_MCA_btl of the user's wins, in Python and run/mpirun.sh."""
+    monkeypatch.delenv("OMPI_MCA_btl", raising=False)
+    assert launch_flags(1)[1]["OMPI_MCA_btl"] == LOCAL_BTL == "^ofi"
+    monkeypatch.setenv("OMPI_MCA_btl", "self,tcp")
+    assert "OMPI_MCA_btl" not in launch_flags(1)[1]
+    echo = tmp_path / "mpiexec"  # says which transports it was given
+    echo.write_text('#!/bin/sh\nprintf "%s\\n" "${OMPI_MCA_btl-unset}"\n')
+    echo.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "OMPI_MCA_btl"}
+    for given, want in ((None, "^ofi"), ("self,tcp", "self,tcp"), ("", "")):
+        extra = {} if given is None else {"OMPI_MCA_btl": given}
+        out = subprocess.run(
+            ["bash", str(ROOT / "run" / "mpirun.sh"), "1", "true"],
+            env={**env, **extra, "MPIEXEC": str(echo)},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert out.stdout == want + "\n", given
 
 
 def test_mpirun_script_flags(tmp_path):

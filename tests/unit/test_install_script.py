@@ -15,10 +15,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 STAND_IN = """#!/bin/sh
-# records `-m pip install ... -e .[extras]`; every import check succeeds; the script's
+# records `-m pip install ... -e .[extras]`; every import check succeeds unless the file
+# broken says why it fails (as an exception's last line); the script's
 # probe for a site-MPI venv (python - on stdin) answers as the file site-mpi says
 here=$(dirname "$0")/..
 case "$*" in
+  -c*) [ -e "$here/broken" ] || exit 0  # an install pip could not finish
+       echo "Traceback (most recent call last):" >&2; cat "$here/broken" >&2; exit 1 ;;
   *"pip install"*"-e"*) echo "$*" >> "$here/pip.log" ;;
   *"pip install"*) echo "$*" >> "$here/pip.log" ;;
   *"-m pytest"*) echo "$*" >> "$here/pytest.log" ;;
@@ -83,6 +86,30 @@ def test_a_venv_built_against_a_site_mpi_without_the_script_keeps_it(tmp_path):
     with open(root / "setup.cfg", "a") as fh:
         fh.write("\n# changed\n")
     assert _install(root) == [".[test]"]
+
+
+def test_a_failed_install_says_the_exception_and_the_free_space(tmp_path):
+    """The commonest cause of a failed install is a full disk: the script says how much
+    room the venv's disk and the temporary folder have, and the import's exception
+    without its traceback."""
+    root = _checkout(tmp_path)
+    error = "OSError: libtorch_global_deps.so: cannot open shared object file"
+    (root / ".venv" / "broken").write_text(error + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "FEDSHEAF_EXTRAS"}
+    proc = subprocess.run(
+        ["bash", str(root / "run" / "install.sh")],
+        env={**env, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 1
+    said = proc.stderr.splitlines()
+    assert said[1:3] == [error, "fedsheaf: installation into .venv failed (see pip output above)"]
+    assert "Traceback" not in proc.stderr
+    free = [line for line in said if " GB free on the disk of " in line]
+    assert [line.rsplit(" ", 1)[1] for line in free] == [".venv", str(tmp_path)], said
+    assert "FEDSHEAF_TORCH_INDEX" in said[-1]
+    assert not list((root / ".venv").glob(".fedsheaf-installed-*"))  # installs again next time
 
 
 def test_the_suite_runs_in_two_workers_unless_told_otherwise(tmp_path):
