@@ -4,6 +4,7 @@ byte. A change to the report code that alters them must regenerate them too."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, mpi_env
 
 RESULTS = REPO / "results"
 TEXT_OUTPUTS = ("comparison.csv", "comparison.md", "runs.csv", "runs_table.csv", "runs_table.md")
@@ -74,3 +75,22 @@ def test_the_head_fedavg_tables_regenerate_from_their_runs(tmp_path):
     _python(RESULTS / "head_fedavg" / "make_results.py", copy / "geo")
     for name in tables:
         assert (copy / name).read_bytes() == (RESULTS / "head_fedavg" / name).read_bytes(), name
+
+
+def test_the_startup_measurement_runs_and_writes_its_table(tmp_path):
+    """results/bench/startup/measure.py (its numbers are committed beside it) still runs:
+    one repeat of each piece, into a folder of the test's."""
+    script = REPO / "results" / "bench" / "startup" / "measure.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "1", str(tmp_path)],
+        env=mpi_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (md,) = tmp_path.glob("startup-*cpu.md")
+    rows = [line for line in md.read_text().splitlines() if line.startswith("| MPI start")]
+    assert len(rows) == 4 and "OMPI_MCA_btl=^ofi" in rows[1]
+    (record,) = tmp_path.glob("startup-*cpu.json")
+    assert len(json.loads(record.read_text())["rows"]) == 6
